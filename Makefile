@@ -1,0 +1,34 @@
+# Two commands for users: `make demo` and `make test`. Both bootstrap .venv with pip.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.prfaas-installed
+
+export HF_HUB_OFFLINE := 1
+export USE_HUB_KERNELS := NO
+
+.PHONY: setup lint test demo clean
+
+setup: $(STAMP)
+
+# Re-install only when the dependency list changes, so a second `make setup` is a no-op.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+demo: setup
+	$(BIN)/prfaas kv-throughput
+	$(BIN)/prfaas kv-throughput --model prfaas-1t
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis

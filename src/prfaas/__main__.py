@@ -1,0 +1,3 @@
+from prfaas.cli.app import main
+
+main()

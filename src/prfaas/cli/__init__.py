@@ -1,0 +1,1 @@
+"""The `prfaas` command line."""

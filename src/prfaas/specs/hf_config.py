@@ -1,0 +1,442 @@
+"""Read a Hugging Face `config.json` into a ModelSpec, for the families PrfaaS cares about.
+
+Each family reader turns the config into a per-layer plan (mixer kind and MLP kind of every
+layer), and one builder counts the plan into layer groups. Field names and defaults follow
+transformers 5.24's configuration classes, so a config that transformers loads reads the same
+here. Vision towers of multimodal configs are ignored: they do not touch the KV cache.
+
+Supported `model_type`s: see `SUPPORTED_MODEL_TYPES`. Anything else raises
+`UnsupportedConfigError` naming the type, rather than guessing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prfaas.specs.errors import SpecFileError, UnsupportedConfigError
+from prfaas.specs.model import (
+    DenseMlp,
+    GqaAttention,
+    LinearAttention,
+    LinearKind,
+    MixerGroup,
+    MlaAttention,
+    MlpGroup,
+    ModelSpec,
+    MoeMlp,
+    SlidingWindowAttention,
+)
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
+
+
+class _Config:
+    """A config dict with errors that say which field was missing or wrong."""
+
+    def __init__(self, raw: Mapping[str, Any], model_type: str) -> None:
+        self.raw = raw
+        self.model_type = model_type
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.raw.get(key)
+        return default if value is None else value
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.raw.get(key)
+        if value is None:
+            value = default
+        if value is None:
+            raise UnsupportedConfigError(f"{self.model_type} config lacks {key!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise UnsupportedConfigError(f"{self.model_type} config: {key} must be an integer")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerPlan:
+    """Per-layer kinds: mixers are 'full', 'sliding' or 'linear'; MLPs 'dense' or 'moe'."""
+
+    mixers: list[str]
+    mlps: list[str]
+
+
+def _weight_dtype_bytes(cfg: _Config) -> int:
+    quant = cfg.get("quantization_config", {})
+    if quant.get("quant_method") == "fp8" or "float8" in str(quant.get("fmt", "")):
+        return 1
+    dtype = cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))
+    return _DTYPE_BYTES.get(str(dtype), 2)
+
+
+def _normalise_layer_types(cfg: _Config, fallback: Callable[[int], str]) -> list[str]:
+    n = cfg.int("num_hidden_layers")
+    names = cfg.get("layer_types") or [fallback(i) for i in range(n)]
+    if len(names) != n:
+        raise UnsupportedConfigError(
+            f"{cfg.model_type} config: layer_types has {len(names)} != {n}"
+        )
+    kinds = {"full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear"}
+    try:
+        return [kinds[name] for name in names]
+    except KeyError as err:
+        raise UnsupportedConfigError(f"{cfg.model_type} config: unknown layer type {err}") from None
+
+
+def _first_k_dense(cfg: _Config, default_k: int) -> list[str]:
+    k = cfg.int("first_k_dense_replace", default_k)
+    freq = cfg.int("moe_layer_freq", 1) or 1
+    n = cfg.int("num_hidden_layers")
+    return ["dense" if i < k or (i - k) % freq else "moe" for i in range(n)]
+
+
+def _sparse_step(cfg: _Config) -> list[str]:
+    """Qwen MoE layout: `decoder_sparse_step` and `mlp_only_layers`."""
+    n, step = cfg.int("num_hidden_layers"), cfg.int("decoder_sparse_step", 1) or 1
+    dense_only = set(cfg.get("mlp_only_layers", []))
+    if cfg.int("num_experts", 0) == 0:
+        return ["dense"] * n
+    return ["moe" if i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(n)]
+
+
+# --- family readers: config -> (layer plan, mixer factory, mlp factory) -------------------
+
+
+def _gqa(cfg: _Config, count: int, *, gated: bool = False) -> GqaAttention:
+    heads = cfg.int("num_attention_heads")
+    head_dim = cfg.int("head_dim", cfg.int("hidden_size") // heads)
+    return GqaAttention(
+        num_layers=count,
+        num_q_heads=heads,
+        num_kv_heads=cfg.int("num_key_value_heads", heads),
+        head_dim=head_dim,
+        v_head_dim=cfg.get("v_head_dim"),
+        gated=gated,
+    )
+
+
+def _mla(cfg: _Config, count: int) -> MlaAttention:
+    return MlaAttention(
+        num_layers=count,
+        num_q_heads=cfg.int("num_attention_heads"),
+        kv_lora_rank=cfg.int("kv_lora_rank"),
+        qk_rope_head_dim=cfg.int("qk_rope_head_dim"),
+        qk_nope_head_dim=cfg.int("qk_nope_head_dim"),
+        v_head_dim=cfg.int("v_head_dim"),
+        q_lora_rank=cfg.int("q_lora_rank", 0),
+    )
+
+
+def _gated_deltanet(cfg: _Config, count: int) -> LinearAttention:
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.GATED_DELTANET,
+        num_heads=cfg.int("linear_num_value_heads"),
+        num_key_heads=cfg.int("linear_num_key_heads"),
+        key_head_dim=cfg.int("linear_key_head_dim"),
+        value_head_dim=cfg.int("linear_value_head_dim"),
+        conv_kernel=cfg.int("linear_conv_kernel_dim", 4),
+    )
+
+
+def _kda(count: int, heads: int, head_dim: int, kernel: int) -> LinearAttention:
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.KDA,
+        num_heads=heads,
+        num_key_heads=heads,
+        key_head_dim=head_dim,
+        value_head_dim=head_dim,
+        conv_kernel=kernel,
+    )
+
+
+def _moe(
+    cfg: _Config, count: int, experts_key: str, per_token_key: str, expert_size_key: str
+) -> MoeMlp:
+    """Qwen names one shared expert by its size; DeepSeek-style configs count shared experts of
+    the routed size (Bailing may give their size separately)."""
+    expert_size = cfg.int(expert_size_key)
+    shared_size = cfg.int("shared_expert_intermediate_size", 0)
+    if shared_size:
+        num_shared = 1
+    else:
+        num_shared = cfg.int("n_shared_experts", cfg.int("num_shared_experts", 0))
+        shared_size = cfg.int("moe_shared_expert_intermediate_size", expert_size)
+    return MoeMlp(
+        num_layers=count,
+        num_experts=cfg.int(experts_key),
+        experts_per_token=cfg.int(per_token_key),
+        expert_intermediate_size=expert_size,
+        num_shared_experts=num_shared,
+        shared_intermediate_size=shared_size,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    plan: Callable[[_Config], _LayerPlan]
+    mixer: Callable[[_Config, str, int], MixerGroup]
+    mlp: Callable[[_Config, str, int], MlpGroup]
+
+
+def _dense_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    return _LayerPlan(["full"] * n, ["dense"] * n)
+
+
+def _dense_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    return DenseMlp(count, cfg.int("intermediate_size"))
+
+
+def _qwen_hybrid_plan(cfg: _Config) -> _LayerPlan:
+    interval = cfg.int("full_attention_interval", 4)
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+    )
+    return _LayerPlan(mixers, _sparse_step(cfg))
+
+
+def _qwen_hybrid_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    return _gqa(cfg, count, gated=True) if kind == "full" else _gated_deltanet(cfg, count)
+
+
+def _qwen_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    if kind == "dense":
+        return _dense_mlp(cfg, kind, count)
+    return _moe(cfg, count, "num_experts", "num_experts_per_tok", "moe_intermediate_size")
+
+
+def _kimi_linear_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    linear_cfg = cfg.get("linear_attn_config", {})
+    full = {i - 1 for i in linear_cfg.get("full_attn_layers", [])}  # 1-based in the checkpoint
+    if not full:
+        raise UnsupportedConfigError("kimi_linear config lacks linear_attn_config.full_attn_layers")
+    return _LayerPlan(["full" if i in full else "linear" for i in range(n)], _first_k_dense(cfg, 1))
+
+
+def _kimi_linear_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    if kind == "full":
+        return _mla(cfg, count)
+    lin = _Config(cfg.get("linear_attn_config", {}), "kimi_linear linear_attn_config")
+    return _kda(
+        count, lin.int("num_heads"), lin.int("head_dim"), lin.int("short_conv_kernel_size", 4)
+    )
+
+
+def _deepseek_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    if kind == "dense":
+        return _dense_mlp(cfg, kind, count)
+    experts = "n_routed_experts" if cfg.has("n_routed_experts") else "num_experts"
+    per_token = "num_experts_per_tok" if cfg.has("num_experts_per_tok") else "num_experts_per_token"
+    return _moe(cfg, count, experts, per_token, "moe_intermediate_size")
+
+
+def _deepseek_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    return _LayerPlan(["full"] * n, _first_k_dense(cfg, 0))
+
+
+def _gpt_oss_plan(cfg: _Config) -> _LayerPlan:
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention"
+    )
+    return _LayerPlan(mixers, ["moe"] * len(mixers))
+
+
+def _swa_or_gqa(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    full = _gqa(cfg, count)
+    if kind == "full":
+        return full
+    return SlidingWindowAttention(
+        num_layers=count,
+        window_tokens=cfg.int("sliding_window"),
+        num_q_heads=full.num_q_heads,
+        num_kv_heads=full.num_kv_heads,
+        head_dim=full.head_dim,
+        v_head_dim=full.v_head_dim,
+    )
+
+
+def _local_experts_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    """gpt-oss and MiniMax: `num_local_experts` of `intermediate_size`, no shared expert."""
+    return _moe(cfg, count, "num_local_experts", "num_experts_per_tok", "intermediate_size")
+
+
+def _minimax_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    return _LayerPlan(["full"] * n, ["moe"] * n)
+
+
+def _mimo_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    if cfg.has("hybrid_layer_pattern"):  # checkpoint form: 1 = sliding window
+        pattern = cfg.get("hybrid_layer_pattern")
+        names = ["sliding_attention" if flag else "full_attention" for flag in pattern]
+        cfg = _Config({**cfg.raw, "layer_types": names}, cfg.model_type)
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "full_attention" if i == 0 or (i + 1) % 6 == 0 else "sliding_attention"
+    )
+    if cfg.has("moe_layer_freq") and isinstance(cfg.get("moe_layer_freq"), list):
+        mlps = ["moe" if flag else "dense" for flag in cfg.get("moe_layer_freq")]
+    else:
+        mlps = ["dense"] + ["moe"] * (n - 1)
+    return _LayerPlan(mixers, mlps)
+
+
+def _mimo_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    if kind == "full":
+        return _gqa(cfg, count)
+    heads = cfg.int("swa_num_attention_heads", cfg.int("num_attention_heads"))
+    window = cfg.int("sliding_window_size", cfg.int("sliding_window", 128))
+    return SlidingWindowAttention(
+        num_layers=count,
+        window_tokens=window,
+        num_q_heads=heads,
+        num_kv_heads=cfg.int("swa_num_key_value_heads", cfg.int("num_key_value_heads")),
+        head_dim=cfg.int("swa_head_dim", cfg.int("head_dim")),
+        v_head_dim=cfg.int("swa_v_head_dim", cfg.int("v_head_dim", cfg.int("head_dim"))),
+    )
+
+
+def _mimo_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    if kind == "dense":
+        return _dense_mlp(cfg, kind, count)
+    return _moe(cfg, count, "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
+
+
+def _bailing_plan(cfg: _Config) -> _LayerPlan:
+    group = cfg.int("layer_group_size", 6)
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "full_attention" if (i + 1) % group == 0 else "linear_attention"
+    )
+    return _LayerPlan(mixers, _first_k_dense(cfg, 2))
+
+
+def _bailing_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    """Ring-2.5 (BailingMoeV2_5) uses Lightning attention without a short conv; transformers'
+    generic bailing_hybrid uses KDA with one."""
+    if kind == "full":
+        return _mla(cfg, count)
+    heads = cfg.int("num_kv_heads_for_linear_attn", cfg.int("num_attention_heads"))
+    head_dim = cfg.int("head_dim", 128)
+    if "BailingMoeV2_5ForCausalLM" in cfg.get("architectures", []):
+        return LinearAttention(
+            num_layers=count,
+            kind=LinearKind.LIGHTNING,
+            num_heads=heads,
+            num_key_heads=heads,
+            key_head_dim=head_dim,
+            value_head_dim=head_dim,
+        )
+    return _kda(count, heads, head_dim, cfg.int("short_conv_kernel_size", 4))
+
+
+def _bailing_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    if kind == "dense":
+        return _dense_mlp(cfg, kind, count)
+    experts = "num_experts" if cfg.has("num_experts") else "num_local_experts"
+    per_token = "num_experts_per_tok" if cfg.has("num_experts_per_tok") else "num_experts_per_token"
+    return _moe(cfg, count, experts, per_token, "moe_intermediate_size")
+
+
+def _plain_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    return _gqa(cfg, count)
+
+
+def _deepseek_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    return _mla(cfg, count)
+
+
+_DENSE = _Family(_dense_plan, _plain_mixer, _dense_mlp)
+_QWEN_HYBRID = _Family(_qwen_hybrid_plan, _qwen_hybrid_mixer, _qwen_mlp)
+_DEEPSEEK = _Family(_deepseek_plan, _deepseek_mixer, _deepseek_mlp)
+
+FAMILIES: dict[str, _Family] = {
+    "llama": _DENSE,
+    "mistral": _DENSE,
+    "qwen2": _DENSE,
+    "qwen3": _DENSE,
+    "qwen3_moe": _Family(
+        lambda c: _LayerPlan(["full"] * c.int("num_hidden_layers"), _sparse_step(c)),
+        _plain_mixer,
+        _qwen_mlp,
+    ),
+    "qwen3_next": _QWEN_HYBRID,
+    "qwen3_5_text": _QWEN_HYBRID,
+    "qwen3_5_moe_text": _QWEN_HYBRID,
+    "deepseek_v3": _DEEPSEEK,
+    "kimi_k2": _DEEPSEEK,
+    "kimi_linear": _Family(_kimi_linear_plan, _kimi_linear_mixer, _deepseek_mlp),
+    "gpt_oss": _Family(_gpt_oss_plan, _swa_or_gqa, _local_experts_mlp),
+    "minimax_m2": _Family(_minimax_plan, _plain_mixer, _local_experts_mlp),
+    "mimo_v2_flash": _Family(_mimo_plan, _mimo_mixer, _mimo_mlp),
+    "bailing_hybrid": _Family(_bailing_plan, _bailing_mixer, _bailing_mlp),
+}
+#: Multimodal wrappers whose language model sits in `text_config`.
+_TEXT_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+SUPPORTED_MODEL_TYPES = sorted([*FAMILIES, *_TEXT_WRAPPERS])
+
+
+def _group(kinds: list[str], build: Callable[[str, int], Any]) -> tuple[Any, ...]:
+    counts = Counter(kinds)
+    return tuple(build(kind, counts[kind]) for kind in sorted(counts))
+
+
+def model_from_hf_config(raw: Mapping[str, Any], name: str) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json."""
+    model_type = str(raw.get("model_type", ""))
+    if model_type in _TEXT_WRAPPERS:
+        text = dict(raw.get("text_config") or {})
+        text.setdefault("model_type", _TEXT_WRAPPERS[model_type])
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key in raw and key not in text:
+                text[key] = raw[key]
+        return model_from_hf_config(text, name)
+    family = FAMILIES.get(model_type)
+    if family is None:
+        raise UnsupportedConfigError(
+            f"unsupported model_type {model_type or '(none)'!r} "
+            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+    cfg = _Config(raw, model_type)
+    plan = family.plan(cfg)
+    try:
+        return ModelSpec(
+            name=name,
+            hidden_size=cfg.int("hidden_size"),
+            vocab_size=cfg.int("vocab_size"),
+            mixers=_group(plan.mixers, lambda kind, n: family.mixer(cfg, kind, n)),
+            mlps=_group(plan.mlps, lambda kind, n: family.mlp(cfg, kind, n)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            weight_dtype_bytes=_weight_dtype_bytes(cfg),
+        )
+    except ValueError as err:
+        raise UnsupportedConfigError(f"{model_type} config: {err}") from None
+
+
+def load_hf_config(path: Path) -> ModelSpec:
+    """Read a config.json (or a checkpoint directory holding one)."""
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        raw = json.loads(file.read_text())
+    except OSError as err:
+        raise SpecFileError(f"{file}: cannot read ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise SpecFileError(f"{file}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(raw, dict):
+        raise SpecFileError(f"{file}: expected a JSON object")
+    # A checkpoint is named by its directory; a loose file by its own name.
+    if path.is_dir() or path.stem == "config":
+        name = file.parent.resolve().name
+    else:
+        name = path.stem
+    return model_from_hf_config(raw, name)
