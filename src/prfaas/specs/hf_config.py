@@ -169,7 +169,9 @@ def _moe(
         num_shared = 1
     else:
         num_shared = cfg.int("n_shared_experts", cfg.int("num_shared_experts", 0))
-        shared_size = cfg.int("moe_shared_expert_intermediate_size", expert_size)
+        shared_size = (
+            cfg.int("moe_shared_expert_intermediate_size", expert_size) if num_shared else 0
+        )
     return MoeMlp(
         num_layers=count,
         num_experts=cfg.int(experts_key),
