@@ -1,0 +1,102 @@
+"""Summaries of many requests: distributions, throughput and goodput, as one JSON schema."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from prfaas.metrics.records import RequestRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Mean and the percentiles the field reports; all None for an empty sample."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p99: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Distribution:
+        if not values:
+            return cls(0, None, None, None, None)
+        data = np.asarray(values, dtype=np.float64)
+        p50, p90, p99 = np.percentile(data, [50, 90, 99])
+        return cls(len(values), float(data.mean()), float(p50), float(p90), float(p99))
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives for goodput; None means no limit on that metric."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def is_met_by(self, record: RequestRecord) -> bool:
+        if not record.is_completed:
+            return False
+        ttft, tpot = record.ttft_s, record.tpot_s
+        if self.ttft_s is not None and (ttft is None or ttft > self.ttft_s):
+            return False
+        return self.tpot_s is None or tpot is None or tpot <= self.tpot_s
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSummary:
+    """What `prfaas simulate` and `prfaas bench` both print (`to_json`)."""
+
+    num_requests: int
+    num_completed: int
+    num_failed: int
+    failures: dict[str, int]
+    duration_s: float
+    request_throughput_per_s: float
+    input_token_throughput_per_s: float
+    output_token_throughput_per_s: float
+    goodput_per_s: float | None
+    slo: Slo | None
+    ttft_s: Distribution
+    tpot_s: Distribution
+    itl_s: Distribution
+    e2e_s: Distribution
+    paths: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": "prfaas.metrics/1", **asdict(self)}
+
+
+def summarize(
+    records: Iterable[RequestRecord], slo: Slo | None = None, duration_s: float | None = None
+) -> MetricsSummary:
+    """Summarise records. The duration defaults to first arrival -> last token seen."""
+    records = list(records)
+    done = [r for r in records if r.is_completed]
+    failed = [r for r in records if not r.is_completed]
+    if duration_s is None:
+        ends = [r.token_times_s[-1] for r in done]
+        start = min((r.arrival_s for r in records), default=0.0)
+        duration_s = max(ends, default=start) - start
+    rate = 1.0 / duration_s if duration_s > 0 else 0.0
+    return MetricsSummary(
+        num_requests=len(records),
+        num_completed=len(done),
+        num_failed=len(failed),
+        failures=dict(Counter(r.error or "no tokens" for r in failed)),
+        duration_s=duration_s,
+        request_throughput_per_s=len(done) * rate,
+        input_token_throughput_per_s=sum(r.input_tokens for r in done) * rate,
+        output_token_throughput_per_s=sum(r.output_tokens for r in done) * rate,
+        goodput_per_s=None if slo is None else sum(slo.is_met_by(r) for r in done) * rate,
+        slo=slo,
+        ttft_s=Distribution.of([r.ttft_s for r in done if r.ttft_s is not None]),
+        tpot_s=Distribution.of([r.tpot_s for r in done if r.tpot_s is not None]),
+        itl_s=Distribution.of([gap for r in done for gap in r.itls_s]),
+        e2e_s=Distribution.of([r.e2e_s for r in done if r.e2e_s is not None]),
+        paths=dict(Counter(r.path for r in done if r.path is not None)),
+    )
