@@ -18,7 +18,7 @@ TABLE_LENGTHS = [1024, 8192, 32768, 131072]
 @given(
     points=st.lists(
         st.tuples(st.integers(1, 10**6), st.floats(0.01, 100.0)),
-        min_size=3,
+        min_size=2,
         max_size=8,
         unique_by=lambda p: p[0],
     )
@@ -26,16 +26,24 @@ TABLE_LENGTHS = [1024, 8192, 32768, 131072]
 def test_measured_curve_passes_through_every_point(points: list[tuple[int, float]]) -> None:
     points.sort()
     xs, ys = [float(x) for x, _ in points], [y for _, y in points]
-    curve = MeasuredCurve.fit(xs, ys, degree=2)
+    curve = MeasuredCurve.fit(xs, ys)
     for x, y in zip(xs, ys, strict=True):
-        assert curve(x) == pytest.approx(y, rel=1e-6, abs=1e-9)
+        assert curve(x) == pytest.approx(y, rel=1e-9)
+
+
+def test_measured_curve_is_a_power_law_between_points_and_linear_outside() -> None:
+    curve = MeasuredCurve.fit([1000.0, 4000.0, 16000.0], [1.0, 4.0, 8.0])
+    assert curve(2000.0) == pytest.approx(2.0)  # y ~ x between the first two points
+    assert curve(8000.0) == pytest.approx(4.0 * 2**0.5)  # y ~ sqrt(x) between the last two
+    assert curve(0.0) == pytest.approx(0.0)  # slope 1/1000 extended down
+    assert curve(20000.0) == pytest.approx(8.0 + 4000 * 4.0 / 12000)
 
 
 def test_measured_curve_rejects_unsorted_or_too_few_points() -> None:
     with pytest.raises(ValueError, match="strictly increasing"):
-        MeasuredCurve.fit([2.0, 1.0, 3.0], [1.0, 1.0, 1.0], degree=2)
-    with pytest.raises(ValueError, match="at least 3 points"):
-        MeasuredCurve.fit([1.0, 2.0], [1.0, 1.0], degree=2)
+        MeasuredCurve.fit([2.0, 1.0, 3.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="at least 2"):
+        MeasuredCurve.fit([1.0], [1.0])
 
 
 def test_table5_profile_is_measured_and_monotone_between_points() -> None:

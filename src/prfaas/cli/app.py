@@ -8,7 +8,7 @@ import sys
 import typer
 
 from prfaas import __version__
-from prfaas.cli import kv_throughput
+from prfaas.cli import kv_throughput, plan
 from prfaas.specs.errors import SpecError
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ def _root(
 
 
 app.command("kv-throughput")(kv_throughput.command)
+app.command("plan")(plan.command)
 
 
 def main() -> None:

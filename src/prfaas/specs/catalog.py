@@ -140,13 +140,11 @@ def profile_for(model: ModelSpec, chip: ChipSpec, gpus_per_instance: int) -> Per
             gpus_per_instance,
         ):
             lengths = [p.length_tokens for p in entry.points]
-            prefill = MeasuredCurve.fit(lengths, [p.prefill_s for p in entry.points], degree=2)
+            prefill = MeasuredCurve.fit(lengths, [p.prefill_s for p in entry.points])
             sizes = [p.cache_mib for p in entry.points]
             cache_curve = None
             if all(s is not None for s in sizes):
-                cache_curve = MeasuredCurve.fit(
-                    lengths, [s * MIB for s in sizes if s is not None], degree=1
-                )
+                cache_curve = MeasuredCurve.fit(lengths, [s * MIB for s in sizes if s is not None])
             return MeasuredProfile(
                 model, chip, gpus_per_instance, prefill, cache_curve, entry.reference
             )

@@ -17,11 +17,9 @@ Two sources, behind one `PerfProfile` protocol:
       T_step = overhead_s + max(bytes / (gpus * HBM * mbu), FLOPs / (gpus * peak * mfu))
       bytes  = dense weights + experts touched by the batch + batch * S_kv(c)
 
-* `MeasuredProfile`: measured points (length, seconds[, bytes]), as in the paper's Table 5.
-  Between points we follow the physical shape (quadratic in l for time, linear for bytes)
-  fitted by least squares, plus a piecewise-linear correction of the fit's residuals so the
-  curve passes exactly through every measurement. Decode has no measurement in the paper, so it
-  comes from the roofline of the same model and chip.
+* `MeasuredProfile`: measured points (length, seconds[, bytes]), as in the paper's Table 5,
+  interpolated by `MeasuredCurve`. Decode has no measurement in the paper, so it comes from the
+  roofline of the same model and chip.
 
 Measured beats modelled: a `MeasuredProfile` with byte measurements reports those as S_kv.
 """
@@ -122,40 +120,38 @@ class RooflineProfile:
         return cal.decode_overhead_s + max(memory, self._compute_s(matmul, mixing))
 
 
-def _fit_with_exact_knots(
-    x: Sequence[float], y: Sequence[float], degree: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Least-squares polynomial of `degree` plus the residuals at the knots."""
-    xs = np.asarray(x, dtype=np.float64)
-    ys = np.asarray(y, dtype=np.float64)
-    # Relative least squares: short lengths matter as much as long ones.
-    design = np.vander(xs, degree + 1, increasing=True) / ys[:, None]
-    coeffs = np.linalg.lstsq(design, np.ones_like(ys), rcond=None)[0]
-    residuals = ys - np.vander(xs, degree + 1, increasing=True) @ coeffs
-    return xs, coeffs, residuals
-
-
 @dataclass(frozen=True, slots=True)
 class MeasuredCurve:
-    """A measured quantity versus length: polynomial shape + interpolated residuals (exact at the
-    knots; beyond the last knot the residual stays at its end value)."""
+    """A measured quantity versus length, exact at every measurement.
 
-    knots: tuple[float, ...]
-    coeffs: tuple[float, ...]
-    residuals: tuple[float, ...]
+    Between neighbouring points it follows a power law (a straight line in log-log space):
+    measurements are spaced geometrically (1K, 8K, 32K, 128K) and over one such step a prefill
+    curve a + b*l + c*l^2 is close to a power law, while a chord in linear space overstates a
+    convex curve. Outside the measured range it extends the end segments as straight lines in
+    l, which keeps the fixed cost at short lengths and the linear growth at long ones.
+    """
+
+    lengths: tuple[float, ...]
+    values: tuple[float, ...]
 
     @classmethod
-    def fit(cls, x: Sequence[float], y: Sequence[float], degree: int) -> MeasuredCurve:
-        if len(x) != len(y) or len(x) < degree + 1:
-            raise ValueError(f"need at least {degree + 1} points for a degree-{degree} fit")
-        if list(x) != sorted(x) or len(set(x)) != len(x):
+    def fit(cls, lengths: Sequence[float], values: Sequence[float]) -> MeasuredCurve:
+        if len(lengths) != len(values) or len(lengths) < 2:
+            raise ValueError("need at least 2 measured points of (length, value)")
+        if list(lengths) != sorted(lengths) or len(set(lengths)) != len(lengths):
             raise ValueError("measurement lengths must be strictly increasing")
-        xs, coeffs, res = _fit_with_exact_knots(x, y, degree)
-        return cls(tuple(xs.tolist()), tuple(coeffs.tolist()), tuple(res.tolist()))
+        if min(lengths) <= 0 or min(values) <= 0:
+            raise ValueError("measured lengths and values must be positive")
+        return cls(tuple(float(x) for x in lengths), tuple(float(y) for y in values))
 
-    def __call__(self, x: float) -> float:
-        shape = sum(c * x**i for i, c in enumerate(self.coeffs))
-        return float(shape + np.interp(x, self.knots, self.residuals))
+    def __call__(self, length: float) -> float:
+        xs, ys = self.lengths, self.values
+        if length < xs[0] or length > xs[-1]:
+            i = 0 if length < xs[0] else -2
+            slope = (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+            anchor = 0 if length < xs[0] else -1
+            return ys[anchor] + slope * (length - xs[anchor])
+        return float(np.exp(np.interp(np.log(length), np.log(xs), np.log(ys))))
 
 
 @dataclass(frozen=True, slots=True)

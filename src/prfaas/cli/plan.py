@@ -1,0 +1,177 @@
+"""`prfaas plan`: the throughput-optimal PrfaaS-PD configuration of a scenario beside the
+paper's baselines (Table 6), as a table or JSON, with the two panels of Fig. 5 as PNGs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from prfaas.planner.optimise import OperatingPoint
+from prfaas.planner.plan import PlanReport, plan
+from prfaas.planner.scenario import (
+    Scenario,
+    ScenarioFile,
+    TraceFile,
+    WorkloadFile,
+    build_scenario,
+    read_scenario_file,
+)
+from prfaas.specs.errors import SpecError
+
+COLUMNS = {
+    "prfaas_pd": "PrfaaS-PD",
+    "homogeneous_pd": "homogeneous PD",
+    "naive_heterogeneous": "naive heterogeneous",
+    "equal_cost_homogeneous": "equal-cost homogeneous",
+}
+
+
+def _parse_cache_blocks(text: str) -> int | None:
+    if text == "unbounded":
+        return None
+    if not text.isdigit():
+        raise SpecError(f"--cache-blocks: {text!r} is not a block count or 'unbounded'")
+    return int(text)
+
+
+def _with_trace(body: ScenarioFile, trace: Path | None, cache_blocks: str | None) -> ScenarioFile:
+    """Replace the scenario's workload by a trace, or change its trace's cache capacity."""
+    current = body.workload.trace
+    if trace is not None:
+        path = str(trace.resolve())
+    elif current is not None:
+        path = current.path
+    else:
+        raise SpecError("--cache-blocks applies to a trace workload: give --trace too")
+    if cache_blocks is not None:
+        capacity = _parse_cache_blocks(cache_blocks)
+    else:
+        capacity = current.cache_capacity_blocks if current is not None else None
+    workload = WorkloadFile(trace=TraceFile(path=path, cache_capacity_blocks=capacity))
+    return body.model_copy(update={"workload": workload})
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _rows(point: OperatingPoint, report: PlanReport) -> list[str]:
+    base = report.deployments["homogeneous_pd"].lambda_max
+    best = report.deployments["prfaas_pd"].lambda_max
+    counts = [str(n) if n else "-" for n in (point.n_prfaas, point.n_p, point.n_d)]
+    return [
+        "-" if point.threshold_tokens is None else f"{point.threshold_tokens / 1000:.1f}K",
+        " / ".join(counts),
+        f"{point.ttft_mean_s:.2f} / {point.ttft_p90_s:.2f}",
+        " / ".join(
+            _fmt(v, ".2f") for v in (point.theta_prfaas, point.theta_pd_p, point.theta_pd_d)
+        ),
+        f"{point.lambda_max:.2f} ({point.bottleneck})",
+        f"{point.lambda_max / base:.2f}x",
+        f"{best / point.lambda_max:.2f}x",
+        f"{point.offload_fraction:.1%}",
+        f"{point.egress_gbps:.1f}",
+        f"{point.num_gpus} / {point.price:g}",
+    ]
+
+
+def _render(scenario: Scenario, report: PlanReport) -> None:
+    table = Table(title=f"Plan: {scenario.name} (paper Table 6 layout)")
+    table.add_column("")
+    for label in COLUMNS.values():
+        table.add_column(label, justify="right")
+    labels = [
+        "threshold t",
+        "N_prfaas / N_p / N_d",
+        "mean / P90 TTFT (s)",
+        "Theta prfaas / pdp / pdd (req/s)",
+        "Lambda_max (req/s)",
+        "vs homogeneous",
+        "PrfaaS-PD speedup",
+        "offloaded",
+        "PrfaaS egress (Gbps)",
+        "GPUs / price",
+    ]
+    cells = [_rows(report.deployments[name], report) for name in COLUMNS]
+    for i, label in enumerate(labels):
+        table.add_row(label, *(column[i] for column in cells))
+    console = Console()
+    console.print(table)
+    hw, w, best = scenario.hardware, report.workload, report.deployments["prfaas_pd"]
+    console.print(
+        f"workload: {w.description}; mean uncached input {w.uncached_input.mean_tokens:,.0f} "
+        f"tokens, prefix hits {w.prefix_hit_fraction:.1%}, mean output "
+        f"{w.mean_output_tokens:,.0f}; at t*: l_long {_fmt(best.long_mean_tokens, ',.0f')}, "
+        f"l_short {_fmt(best.short_mean_tokens, ',.0f')}"
+    )
+    console.print(
+        f"decode: BS_max {report.decode.max_batch_size} at T_decode "
+        f"{report.decode.step_s * 1e3:.1f} ms ({hw.decode_slo_tokens_per_s:g} tokens/s SLO)"
+    )
+    for role, cluster in (("PrfaaS", hw.prfaas), ("PD", hw.pd)):
+        profile = cluster.profile
+        console.print(
+            f"{role}: {cluster.num_instances} x {profile.chip.name} x{profile.gpus_per_instance}, "
+            f"timing {profile.source}"
+        )
+
+
+def _write_plots(report: PlanReport, plot_dir: Path) -> list[Path]:
+    from prfaas.planner.plots import fig5a, fig5b
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, figure in (("fig5a-lambda-vs-np.png", fig5a), ("fig5b-bounds-vs-t.png", fig5b)):
+        path = plot_dir / name
+        figure(report).savefig(path, dpi=150)
+        written.append(path)
+    return written
+
+
+ScenarioOption = Annotated[
+    str, typer.Option("--scenario", "-s", help="Bundled scenario name or a scenario YAML file.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")]
+PlotDirOption = Annotated[
+    Path | None, typer.Option("--plot-dir", help="Write Fig. 5a and 5b as PNGs into DIR.")
+]
+TraceOption = Annotated[
+    Path | None,
+    typer.Option("--trace", help="Use a Mooncake-format trace as the workload instead."),
+]
+CacheOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cache-blocks",
+        help="Prefix-cache capacity for the trace, in 512-token blocks, or 'unbounded' "
+        "(default: the scenario's, else unbounded); 0 disables the cache.",
+    ),
+]
+
+
+def command(
+    scenario: ScenarioOption = "paper-case-study",
+    as_json: JsonOption = False,
+    plot_dir: PlotDirOption = None,
+    trace: TraceOption = None,
+    cache_blocks: CacheOption = None,
+) -> None:
+    """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
+    equal-cost baselines."""
+    body, base_dir = read_scenario_file(scenario)
+    if trace is not None or cache_blocks is not None:
+        body = _with_trace(body, trace, cache_blocks)
+    resolved = build_scenario(body, base_dir, Path(scenario).name)
+    report = plan(resolved.hardware, resolved.workload, resolved.threshold_step_tokens)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        _render(resolved, report)
+    if plot_dir is not None:
+        for path in _write_plots(report, plot_dir):
+            typer.echo(f"wrote {path}", err=as_json)

@@ -1,0 +1,204 @@
+"""The steady-state throughput model of a PrfaaS-PD deployment (paper section 4, Eq. 2-6).
+
+Requests with uncached length l > t are prefilled in the PrfaaS cluster and their KVCache crosses
+the link; the rest are prefilled by the PD cluster's PD-P instances; every request decodes on a
+PD-D instance. With p = P(l > t), l_long = E[l | l > t], l_short = E[l | l <= t]:
+
+    Theta_prfaas = min(N_prfaas / T_prfaas(l_long), B_out / S_kv(l_long))    (3)
+    Theta_pdp    = N_p / T_pd(l_short)                                       (4)
+    Theta_pdd    = N_d * BS_max / (T_decode * L_out)                         (5)
+    Lambda_max   = min(Theta_prfaas / p, Theta_pdp / (1 - p), Theta_pdd)     (6)
+
+We follow the paper literally: a stage's rate is its instance count over the prefill time *of
+the stage's mean length* (T(E[l]), not E[T(l)]). A bound whose share of requests is zero is
+infinite (no requests, no limit), which makes the baselines ends of the same grid: homogeneous
+PD is t = max (p = 0, N_prfaas = 0) and naive heterogeneous is t = 0 (p = 1, N_p = 0).
+
+BS_max is the largest decode batch whose step time meets the per-request decode SLO and
+T_decode that step time, both from the PD chip's `PerfProfile` at the mean decode context.
+
+`StageModel.build` evaluates the profiles once on the threshold grid (and at every histogram
+bin, for TTFT); everything after is numpy arithmetic on those arrays, broadcast over instance
+counts by `rates`. Callers: `planner.optimise` (the search) and `planner.plan` (the report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from prfaas.planner.errors import InfeasiblePlanError
+from prfaas.specs.perf import PerfProfile
+from prfaas.workload.lengths import FloatArray, LengthHistogram, ThresholdSplit
+from prfaas.workload.workload import Workload
+
+#: Largest decode batch considered when searching BS_max.
+MAX_DECODE_BATCH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A homogeneous cluster: `num_instances` instances timed by one profile."""
+
+    profile: PerfProfile
+    num_instances: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_instances * self.profile.gpus_per_instance
+
+    @property
+    def price(self) -> float:
+        """In units of the catalog's reference GPU (H20 = 1)."""
+        return self.num_gpus * self.profile.chip.relative_price
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """A PrfaaS cluster linked to a local PD cluster, and the decode SLO they serve under."""
+
+    prfaas: Cluster
+    pd: Cluster
+    link_gbps: float
+    decode_slo_tokens_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeCapacity:
+    """BS_max and T_decode of one PD-D instance (Eq. 5)."""
+
+    max_batch_size: int
+    step_s: float
+    context_tokens: float
+
+    def rate_per_instance(self, mean_output_tokens: float) -> float:
+        """Requests per second one PD-D instance completes: BS_max / (T_decode * L_out)."""
+        return self.max_batch_size / (self.step_s * mean_output_tokens)
+
+
+def decode_capacity(
+    profile: PerfProfile, slo_tokens_per_s: float, context: float
+) -> DecodeCapacity:
+    """The largest batch whose step time is within 1 / SLO (step time grows with the batch)."""
+    budget_s = 1.0 / slo_tokens_per_s
+    context_tokens = round(context)
+    if profile.decode_step_s(1, context_tokens) > budget_s:
+        raise InfeasiblePlanError(
+            f"decode: even one request misses the {slo_tokens_per_s:g} tokens/s SLO on "
+            f"{profile.chip.name} x{profile.gpus_per_instance} "
+            f"({profile.decode_step_s(1, context_tokens) * 1e3:.1f} ms per step)"
+        )
+    lo, hi = 1, MAX_DECODE_BATCH  # invariant: lo meets the budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (
+            (mid, hi) if profile.decode_step_s(mid, context_tokens) <= budget_s else (lo, mid - 1)
+        )
+    return DecodeCapacity(lo, profile.decode_step_s(lo, context_tokens), context)
+
+
+def _evaluate(fn: Callable[[int], float], lengths: FloatArray) -> FloatArray:
+    """fn at each length (rounded to a token); NaN where the length is NaN."""
+    out = np.full(lengths.shape, np.nan)
+    for i, length in enumerate(lengths):
+        if np.isfinite(length):
+            out[i] = fn(max(1, round(float(length))))
+    return out
+
+
+def _share_bound(rate: FloatArray, share: FloatArray) -> FloatArray:
+    """rate / share, infinite where the share is zero (a stage with no requests never binds)."""
+    rate, share = np.broadcast_arrays(rate, share)
+    out = np.full(rate.shape, np.inf)
+    np.divide(rate, share, out=out, where=share > 0)
+    return out
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StageRates:
+    """Eq. 3-6 for one choice of instance counts, over thresholds (arrays broadcast together)."""
+
+    theta_prfaas: FloatArray
+    theta_pd_p: FloatArray
+    theta_pd_d: FloatArray
+    prfaas_bound: FloatArray  # Theta_prfaas / p: the arrival rate PrfaaS can absorb
+    pd_p_bound: FloatArray  # Theta_pdp / (1 - p)
+    lambda_max: FloatArray
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StageModel:
+    """Per-instance stage times on the threshold grid; see the module docstring."""
+
+    hardware: Hardware
+    histogram: LengthHistogram
+    split: ThresholdSplit
+    prfaas_prefill_s: FloatArray  # T_prfaas(l_long(t))
+    prfaas_cache_bytes: FloatArray  # S_kv(l_long(t)) as the PrfaaS profile reports it
+    pd_prefill_s: FloatArray  # T_pd(l_short(t))
+    bin_prfaas_prefill_s: FloatArray  # T_prfaas at each histogram bin's mean length (TTFT)
+    bin_pd_prefill_s: FloatArray
+    decode: DecodeCapacity
+    mean_output_tokens: float
+
+    @classmethod
+    def build(cls, hardware: Hardware, workload: Workload, step_tokens: int) -> StageModel:
+        histogram = workload.uncached_input.histogram(step_tokens)
+        split = histogram.split()
+        prfaas, pd = hardware.prfaas.profile, hardware.pd.profile
+        decode = decode_capacity(
+            pd, hardware.decode_slo_tokens_per_s, workload.mean_decode_context_tokens
+        )
+        return cls(
+            hardware=hardware,
+            histogram=histogram,
+            split=split,
+            prfaas_prefill_s=_evaluate(prfaas.prefill_s, split.long_mean_tokens),
+            prfaas_cache_bytes=_evaluate(prfaas.cache_bytes, split.long_mean_tokens),
+            pd_prefill_s=_evaluate(pd.prefill_s, split.short_mean_tokens),
+            bin_prfaas_prefill_s=_evaluate(prfaas.prefill_s, histogram.mean_tokens),
+            bin_pd_prefill_s=_evaluate(pd.prefill_s, histogram.mean_tokens),
+            decode=decode,
+            mean_output_tokens=workload.mean_output_tokens,
+        )
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        return self.hardware.link_gbps * 1e9 / 8
+
+    @property
+    def num_thresholds(self) -> int:
+        return len(self.split.threshold_tokens)
+
+    def rates(self, n_prfaas: int, n_p: FloatArray | float, n_d: FloatArray | float) -> StageRates:
+        """Eq. 3-6 at every threshold; pass `n_p`, `n_d` as (k, 1) columns to get a (k, T) grid."""
+        p = self.split.offload_fraction
+        with np.errstate(invalid="ignore", divide="ignore"):
+            compute = n_prfaas / self.prfaas_prefill_s
+            egress = self.link_bytes_per_s / self.prfaas_cache_bytes
+            theta_prfaas = np.where(p > 0, np.minimum(compute, egress), 0.0)
+            theta_pdp = np.where(p < 1, np.asarray(n_p, dtype=np.float64) / self.pd_prefill_s, 0.0)
+        theta_pdd = np.asarray(n_d, dtype=np.float64) * self.decode.rate_per_instance(
+            self.mean_output_tokens
+        )
+        prfaas_bound = _share_bound(theta_prfaas, p)
+        pd_p_bound = _share_bound(theta_pdp, 1.0 - p)
+        lambda_max = np.minimum(np.minimum(prfaas_bound, pd_p_bound), theta_pdd)
+        return StageRates(
+            theta_prfaas=theta_prfaas,
+            theta_pd_p=theta_pdp,
+            theta_pd_d=np.broadcast_to(theta_pdd, lambda_max.shape),
+            prfaas_bound=prfaas_bound,
+            pd_p_bound=pd_p_bound,
+            lambda_max=lambda_max,
+        )
+
+    def ttft_s(self, threshold_index: int) -> FloatArray:
+        """Paper-compatible TTFT of each histogram bin: the prefill latency on the hardware that
+        serves it (bins at or above the threshold edge go to PrfaaS); no queueing, no transfer
+        (layer-wise pipelining hides the KV transfer behind prefill)."""
+        offloaded = np.arange(len(self.histogram.mass)) >= threshold_index
+        result: FloatArray = np.where(offloaded, self.bin_prfaas_prefill_s, self.bin_pd_prefill_s)
+        return result

@@ -1,0 +1,101 @@
+"""A plan: PrfaaS-PD at its optimum beside the paper's baselines (section 5, Table 6).
+
+    prfaas_pd               the PrfaaS cluster plus the PD cluster, best t and N_p / N_d
+    homogeneous_pd          as many PD-chip GPUs as PrfaaS-PD has in all, best N_p / N_d
+    naive_heterogeneous     all prefill on the PrfaaS cluster, all PD instances decode, no t
+    equal_cost_homogeneous  PD-chip instances costing no more than PrfaaS-PD, best N_p / N_d
+
+Prices are `ChipSpec.relative_price` per GPU (H20 = 1). One `StageModel` serves all four: the
+baselines are the ends of its threshold grid (see `planner.model`). Also returned: the two
+sweeps behind the paper's Fig. 5 (Lambda_max versus N_p with t re-optimised per N_p, and the
+bounds versus t at the optimal N_p / N_d).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prfaas.planner.errors import InfeasiblePlanError
+from prfaas.planner.model import DecodeCapacity, Hardware, StageModel
+from prfaas.planner.optimise import (
+    OperatingPoint,
+    ThresholdSweep,
+    best_configuration,
+    operating_point,
+    threshold_sweep,
+)
+from prfaas.workload.workload import Workload
+
+DEPLOYMENTS = ("prfaas_pd", "homogeneous_pd", "naive_heterogeneous", "equal_cost_homogeneous")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanReport:
+    """The four deployments (keyed as in `DEPLOYMENTS`) and the data of the two figures."""
+
+    deployments: dict[str, OperatingPoint]
+    n_p_sweep: tuple[OperatingPoint, ...]
+    threshold_sweep: ThresholdSweep
+    decode: DecodeCapacity
+    workload: Workload
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON report: one object per deployment, ratios against homogeneous PD and of
+        PrfaaS-PD against each deployment."""
+        base = self.deployments["homogeneous_pd"].lambda_max
+        best = self.deployments["prfaas_pd"].lambda_max
+        return {
+            name: asdict(point)
+            | {
+                "bottleneck": str(point.bottleneck),
+                "ratio_to_homogeneous": point.lambda_max / base,
+                "prfaas_pd_speedup": best / point.lambda_max,
+            }
+            for name, point in self.deployments.items()
+        }
+
+
+def _homogeneous(model: StageModel, num_instances: int) -> OperatingPoint:
+    """Every instance of the PD chip, best split, no offloading (the last threshold edge)."""
+    if num_instances < 2:
+        raise InfeasiblePlanError("a homogeneous PD baseline needs at least 2 instances")
+    top = model.num_thresholds - 1
+    n_p, _ = best_configuration(model, 0, range(1, num_instances), num_instances, [top])
+    return operating_point(model, 0, n_p, num_instances - n_p, top, has_threshold=False)
+
+
+def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport:
+    """Optimise PrfaaS-PD and evaluate the baselines on one stage model."""
+    num_pd = hardware.pd.num_instances
+    if num_pd < 2:
+        raise InfeasiblePlanError("pd: PrfaaS-PD needs at least 2 PD instances (1 PD-P, 1 PD-D)")
+    model = StageModel.build(hardware, workload, step_tokens)
+    n_prfaas = hardware.prfaas.num_instances
+    n_p, k = best_configuration(model, n_prfaas, range(1, num_pd), num_pd)
+    prfaas_pd = operating_point(model, n_prfaas, n_p, num_pd - n_p, k, has_threshold=True)
+
+    pd_instance_gpus = hardware.pd.profile.gpus_per_instance
+    pd_instance_price = pd_instance_gpus * hardware.pd.profile.chip.relative_price
+    same_gpus = (hardware.prfaas.num_gpus + hardware.pd.num_gpus) // pd_instance_gpus
+    same_price = int(prfaas_pd.price // pd_instance_price)
+    deployments = {
+        "prfaas_pd": prfaas_pd,
+        "homogeneous_pd": _homogeneous(model, same_gpus),
+        "naive_heterogeneous": operating_point(model, n_prfaas, 0, num_pd, 0, has_threshold=False),
+        "equal_cost_homogeneous": _homogeneous(model, same_price),
+    }
+    sweep = []
+    for sweep_n_p in range(1, num_pd):
+        _, sweep_k = best_configuration(model, n_prfaas, [sweep_n_p], num_pd)
+        point = operating_point(
+            model, n_prfaas, sweep_n_p, num_pd - sweep_n_p, sweep_k, has_threshold=True
+        )
+        sweep.append(point)
+    return PlanReport(
+        deployments=deployments,
+        n_p_sweep=tuple(sweep),
+        threshold_sweep=threshold_sweep(model, n_prfaas, n_p, num_pd - n_p),
+        decode=model.decode,
+        workload=workload,
+    )

@@ -1,0 +1,240 @@
+"""Scenario files: the deployment and workload a plan is made for, in YAML.
+
+    name: paper-case-study
+    model: prfaas-1t                       # catalog name, model YAML or HF config.json
+    prfaas: {chip: h200, num_gpus: 32, gpus_per_instance: 8}
+    pd: {chip: h20, num_gpus: 64, gpus_per_instance: 8}
+    link_gbps: 100
+    decode: {slo_tokens_per_s: 40}
+    workload:                              # either input + output distributions ...
+      input: {lognormal: {mu: 9.90, sigma: 1.00, min_tokens: 128, max_tokens: 128K}}
+      output: {fixed_tokens: 1024}
+    # ... or a Mooncake-format trace (path relative to this file; null capacity = unbounded):
+    #   trace: {path: conversation.jsonl, cache_capacity_blocks: 20000}
+    threshold_step_tokens: 100             # threshold grid step (and histogram bin width)
+
+Token counts accept `128K` (= 131,072). Validation is pydantic; any problem is a one-line
+`SpecFileError` naming the file and the field. Scenarios shipped with the package live in
+`planner/data/scenarios/` and are loaded by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+
+from prfaas.planner.model import Cluster, Hardware
+from prfaas.specs.catalog import get_chip, profile_for, resolve_model
+from prfaas.specs.errors import SpecError, SpecFileError
+from prfaas.specs.files import read_yaml, validate
+from prfaas.specs.model import ModelSpec
+from prfaas.specs.units import format_tokens, parse_tokens
+from prfaas.workload.lengths import FixedLength, LengthDistribution, TruncatedLognormal
+from prfaas.workload.trace import MOONCAKE_BLOCK_TOKENS, read_mooncake_trace
+from prfaas.workload.workload import Workload
+
+#: How far (in sigmas) mu may sit outside [ln min_tokens, ln max_tokens]: beyond it the bounds
+#: hold under 3e-5 of the lognormal's mass and the "distribution" is a sliver of its tail.
+MU_SLACK_SIGMAS = 4.0
+
+
+def _tokens(value: Any) -> Any:
+    return parse_tokens(value) if isinstance(value, str) else value
+
+
+Tokens = Annotated[int, BeforeValidator(_tokens), Field(ge=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClusterFile(_Strict):
+    chip: str
+    gpus_per_instance: int = Field(gt=0)
+    num_gpus: int = Field(gt=0)
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_instances(cls, value: int, info: ValidationInfo) -> int:
+        per = info.data.get("gpus_per_instance")
+        if per and value % per:
+            raise ValueError(f"{value} GPUs are not whole instances of {per}")
+        return value
+
+
+class LognormalFile(_Strict):
+    sigma: float = Field(gt=0)
+    min_tokens: Tokens
+    max_tokens: Tokens
+    mu: float
+
+    @field_validator("mu")
+    @classmethod
+    def _mu_in_range(cls, value: float, info: ValidationInfo) -> float:
+        data = info.data
+        if {"sigma", "min_tokens", "max_tokens"} - data.keys():
+            return value  # another field already failed
+        if data["min_tokens"] >= data["max_tokens"]:
+            raise ValueError("min_tokens must be below max_tokens")
+        slack = MU_SLACK_SIGMAS * data["sigma"]
+        lo, hi = math.log(data["min_tokens"]) - slack, math.log(data["max_tokens"]) + slack
+        if not lo <= value <= hi:
+            raise ValueError(f"{value:g} is out of range [{lo:.2f}, {hi:.2f}] for these bounds")
+        return value
+
+    def to_distribution(self) -> TruncatedLognormal:
+        return TruncatedLognormal(self.mu, self.sigma, self.min_tokens, self.max_tokens)
+
+
+class LengthsFile(_Strict):
+    """Exactly one of a lognormal and a fixed length."""
+
+    lognormal: LognormalFile | None = None
+    fixed_tokens: Tokens | None = None
+
+    def to_distribution(self, where: str) -> LengthDistribution:
+        if self.lognormal is not None and self.fixed_tokens is None:
+            return self.lognormal.to_distribution()
+        if self.fixed_tokens is not None and self.lognormal is None:
+            return FixedLength(self.fixed_tokens)
+        raise SpecFileError(f"{where}: give exactly one of lognormal, fixed_tokens")
+
+    def describe(self) -> str:
+        if self.lognormal is not None:
+            ln = self.lognormal
+            return (
+                f"lognormal(mu={ln.mu:g}, sigma={ln.sigma:g}) on "
+                f"[{format_tokens(ln.min_tokens)}, {format_tokens(ln.max_tokens)}]"
+            )
+        return f"fixed {self.fixed_tokens}"
+
+
+class TraceFile(_Strict):
+    path: str
+    cache_capacity_blocks: int | None = Field(ge=0)
+    block_tokens: int = Field(default=MOONCAKE_BLOCK_TOKENS, gt=0)
+
+
+class WorkloadFile(_Strict):
+    input: LengthsFile | None = None
+    output: LengthsFile | None = None
+    trace: TraceFile | None = None
+
+
+class DecodeFile(_Strict):
+    slo_tokens_per_s: float = Field(gt=0)
+
+
+class ScenarioFile(_Strict):
+    name: str
+    description: str = ""
+    model: str
+    prfaas: ClusterFile
+    pd: ClusterFile
+    link_gbps: float = Field(gt=0)
+    decode: DecodeFile
+    workload: WorkloadFile
+    threshold_step_tokens: int = Field(default=100, ge=1, le=100)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario, resolved against the catalog and ready to plan."""
+
+    name: str
+    description: str
+    hardware: Hardware
+    workload: Workload
+    threshold_step_tokens: int
+
+
+def _cluster(model: ModelSpec, body: ClusterFile, where: str) -> Cluster:
+    try:
+        chip = get_chip(body.chip)
+    except SpecError as err:
+        raise SpecFileError(f"{where}.chip: {err}") from None
+    profile = profile_for(model, chip, body.gpus_per_instance)
+    return Cluster(profile, body.num_gpus // body.gpus_per_instance)
+
+
+def _workload(body: WorkloadFile, base_dir: Path, where: str) -> Workload:
+    if body.trace is not None:
+        if body.input is not None or body.output is not None:
+            raise SpecFileError(f"{where}: workload: give either trace or input + output")
+        trace = body.trace
+        path = base_dir / trace.path
+        blocks = trace.cache_capacity_blocks
+        cache = (
+            "unbounded prefix cache"
+            if blocks is None
+            else f"prefix cache of {blocks:,} blocks x {trace.block_tokens} tokens"
+        )
+        return Workload.from_trace(
+            read_mooncake_trace(path), blocks, f"trace {path.name}, {cache}", trace.block_tokens
+        )
+    if body.input is None or body.output is None:
+        raise SpecFileError(f"{where}: workload: give either trace or both input and output")
+    return Workload.synthetic(
+        body.input.to_distribution(f"{where}: workload.input"),
+        body.output.to_distribution(f"{where}: workload.output"),
+        f"input {body.input.describe()}, output {body.output.describe()}",
+    )
+
+
+def build_scenario(body: ScenarioFile, base_dir: Path, where: str) -> Scenario:
+    """Resolve model, chips and profiles; read the trace if there is one."""
+    try:
+        model = resolve_model(body.model)
+    except SpecError as err:
+        raise SpecFileError(f"{where}: model: {err}") from None
+    hardware = Hardware(
+        prfaas=_cluster(model, body.prfaas, f"{where}: prfaas"),
+        pd=_cluster(model, body.pd, f"{where}: pd"),
+        link_gbps=body.link_gbps,
+        decode_slo_tokens_per_s=body.decode.slo_tokens_per_s,
+    )
+    return Scenario(
+        name=body.name,
+        description=body.description,
+        hardware=hardware,
+        workload=_workload(body.workload, base_dir, where),
+        threshold_step_tokens=body.threshold_step_tokens,
+    )
+
+
+def _bundled_dir() -> Path:
+    return Path(str(resources.files("prfaas.planner") / "data" / "scenarios"))
+
+
+def bundled_scenarios() -> list[str]:
+    return sorted(path.stem for path in _bundled_dir().glob("*.yaml"))
+
+
+def scenario_path(ref: str) -> Path:
+    """A bundled scenario's file by name, or `ref` itself when it names a YAML file."""
+    path = Path(ref)
+    if path.suffix in {".yaml", ".yml"} or path.exists():
+        return path
+    bundled = _bundled_dir() / f"{ref}.yaml"
+    if not bundled.exists():
+        known = ", ".join(bundled_scenarios())
+        raise SpecFileError(f"unknown scenario {ref!r} (bundled: {known}; or give a YAML file)")
+    return bundled
+
+
+def read_scenario_file(ref: str) -> tuple[ScenarioFile, Path]:
+    """The validated file of a scenario and the directory its relative paths start from."""
+    path = scenario_path(ref)
+    body: ScenarioFile = validate(ScenarioFile, read_yaml(path), str(path.name))
+    return body, path.parent
+
+
+def load_scenario(ref: str) -> Scenario:
+    body, base_dir = read_scenario_file(ref)
+    return build_scenario(body, base_dir, Path(ref).name)
