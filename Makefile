@@ -28,7 +28,7 @@ test: lint
 
 demo: setup
 	$(BIN)/prfaas kv-throughput
-	$(BIN)/prfaas kv-throughput --model prfaas-1t
+	$(BIN)/prfaas plan --scenario paper-case-study --plot-dir out/demo
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
