@@ -1,0 +1,123 @@
+"""Frames over a `Connection`, and the one place low-level errors become `TransferError`s.
+
+`FramedConnection` reads a frame in two steps so payloads can land in pool pages directly:
+`read_frame` returns the checked header and metadata; for DATA the caller then chooses the
+destination and calls `read_payload_into`. Writes are serialised by a lock so a frame from one
+task (an ABORT from the stall watchdog) never interleaves with another's (an ACK).
+
+Error translation: `asyncio.IncompleteReadError` (peer closed), any `OSError` (reset, refused,
+timeout, TLS failure) -> ConnectionLostError; a frame that does not parse -> FrameError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from prfaas.transfer.errors import ConnectionLostError, FrameError
+from prfaas.transfer.telemetry import TcpInfo
+from prfaas.transfer.transport import Buffer, Connection
+from prfaas.transfer.wire import (
+    PREFIX,
+    FrameKind,
+    FramePrefix,
+    decode_prefix,
+    encode_header,
+    verify_header,
+)
+
+
+@contextmanager
+def translated_errors(what: str) -> Iterator[None]:
+    """Turn transport-level failures into ConnectionLostError, naming what was going on."""
+    try:
+        yield
+    except asyncio.IncompleteReadError as exc:
+        raise ConnectionLostError(f"{what}: the peer closed the connection") from exc
+    except OSError as exc:
+        raise ConnectionLostError(f"{what}: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A received frame's checked header; DATA payload bytes are still on the wire."""
+
+    prefix: FramePrefix
+    meta: bytes
+
+    @property
+    def kind(self) -> FrameKind:
+        return self.prefix.kind
+
+
+class FramedConnection:
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._write_lock = asyncio.Lock()
+        self._prefix_buffer = bytearray(PREFIX.size)
+        self.bytes_sent = 0
+
+    @property
+    def peer_name(self) -> str:
+        return self._connection.peer_name
+
+    async def send(self, kind: FrameKind, meta: bytes, payload: Buffer | None = None) -> None:
+        """Send one frame; the payload checksum is computed here, once, from the source bytes."""
+        if payload is None:
+            parts: list[Buffer] = [encode_header(kind, meta)]
+        else:
+            header = encode_header(kind, meta, len(payload), zlib.crc32(payload))
+            parts = [header, payload]
+        async with self._write_lock:
+            with translated_errors(f"sending {kind.name} to {self.peer_name}"):
+                await self._connection.write(parts)
+        self.bytes_sent += sum(len(p) for p in parts)
+
+    async def read_frame(self) -> Frame:
+        """Next frame header and metadata, checksum-verified. Non-DATA frames carry no payload."""
+        raw = memoryview(self._prefix_buffer)
+        with translated_errors(f"reading from {self.peer_name}"):
+            await self._connection.read_into(raw)
+            prefix = decode_prefix(bytes(raw))
+            meta = bytearray(prefix.meta_len)
+            if prefix.meta_len:
+                await self._connection.read_into(memoryview(meta))
+        verify_header(bytes(raw), prefix, bytes(meta))
+        if prefix.kind is not FrameKind.DATA and prefix.payload_len:
+            raise FrameError(f"{prefix.kind.name} frame carries a payload")
+        return Frame(prefix, bytes(meta))
+
+    async def read_payload_into(self, views: list[memoryview]) -> None:
+        """Read the current DATA frame's payload into consecutive `views` (scatter read)."""
+        with translated_errors(f"reading a payload from {self.peer_name}"):
+            for view in views:
+                await self._connection.read_into(view)
+
+    async def discard_payload(self, nbytes: int) -> None:
+        """Consume a payload that has nowhere to go (its request was already aborted)."""
+        scratch = memoryview(bytearray(min(nbytes, 1 << 20)))
+        with translated_errors(f"skipping a payload from {self.peer_name}"):
+            while nbytes:
+                size = min(nbytes, len(scratch))
+                await self._connection.read_into(scratch[:size])
+                nbytes -= size
+
+    def tcp_info(self) -> TcpInfo | None:
+        return self._connection.tcp_info()
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def abort(self) -> None:
+        self._connection.abort()
+
+
+def payload_crc32(views: list[memoryview]) -> int:
+    """CRC-32 over a scatter list, equal to zlib.crc32 of the concatenated bytes."""
+    crc = 0
+    for view in views:
+        crc = zlib.crc32(view, crc)
+    return crc

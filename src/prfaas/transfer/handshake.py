@@ -1,0 +1,165 @@
+"""Connection handshake: version, compatibility and HMAC challenge-response authentication.
+
+    client (sender)                                 server (receiver)
+    HELLO  session, index, identity, nonce_c  ->
+                                              <-    CHALLENGE identity, nonce_s, mac_s
+    (client checks mac_s and compatibility)
+    AUTH   mac_c                              ->
+                                                    (server checks mac_c and compatibility)
+                                              <-    READY            or REJECT reason, text
+
+    mac_s = HMAC-SHA256(secret, b"prfaas-server" + HELLO meta + CHALLENGE meta without mac)
+    mac_c = HMAC-SHA256(secret, b"prfaas-client" + HELLO meta + CHALLENGE meta without mac)
+
+Both nonces are fresh per connection, so a recorded exchange cannot be replayed, and each side
+proves the secret to the other before any KV moves. Compatibility (anchors pain point 7):
+identical protocol version, model fingerprint, block size and hash seed. Any mismatch is refused
+with a REJECT whose reason both sides raise as the same exception type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import asdict
+
+from prfaas.specs.model import ModelSpec
+from prfaas.transfer.errors import (
+    FrameError,
+    HandshakeError,
+    RejectReason,
+    TransferError,
+    handshake_error,
+)
+from prfaas.transfer.framing import Frame, FramedConnection, translated_errors
+from prfaas.transfer.keys import SessionId
+from prfaas.transfer.wire import (
+    MAC_BYTES,
+    NONCE_BYTES,
+    PROTOCOL_VERSION,
+    Challenge,
+    FrameKind,
+    Hello,
+    PeerIdentity,
+    Reject,
+)
+
+
+def model_fingerprint(spec: ModelSpec) -> bytes:
+    """SHA-256 over the model's cache-relevant architecture: every layer group, typed."""
+    groups = [[type(g).__name__, asdict(g)] for g in spec.mixers]
+    text = json.dumps({"name": spec.name, "mixers": groups}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).digest()
+
+
+def identity_for(spec: ModelSpec, block_size_tokens: int, hash_seed: int) -> PeerIdentity:
+    return PeerIdentity(model_fingerprint(spec), block_size_tokens, hash_seed)
+
+
+def incompatibility(ours: PeerIdentity, theirs: PeerIdentity) -> Reject | None:
+    """The first way two identities disagree, as the REJECT to send; None when compatible."""
+    if ours.model_fingerprint != theirs.model_fingerprint:
+        return Reject(
+            RejectReason.MODEL_FINGERPRINT,
+            f"model fingerprint {theirs.model_fingerprint.hex()[:16]} != "
+            f"{ours.model_fingerprint.hex()[:16]}",
+        )
+    if ours.block_size_tokens != theirs.block_size_tokens:
+        return Reject(
+            RejectReason.BLOCK_SIZE,
+            f"block size {theirs.block_size_tokens} != {ours.block_size_tokens} tokens",
+        )
+    if ours.hash_seed != theirs.hash_seed:
+        return Reject(RejectReason.HASH_SEED, f"hash seed {theirs.hash_seed} != {ours.hash_seed}")
+    return None
+
+
+def _mac(secret: bytes, role: bytes, hello: Hello, challenge: Challenge) -> bytes:
+    message = b"prfaas-" + role + hello.encode() + challenge.unsigned()
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+async def _expect(conn: FramedConnection, kind: FrameKind) -> Frame:
+    frame = await conn.read_frame()
+    if frame.kind is FrameKind.REJECT:
+        reject = Reject.decode(frame.meta)
+        raise handshake_error(reject.reason, f"refused by {conn.peer_name}: {reject.message}")
+    if frame.prefix.version != PROTOCOL_VERSION:
+        raise handshake_error(RejectReason.VERSION, f"peer speaks v{frame.prefix.version}")
+    if frame.kind is not kind:
+        raise FrameError(f"expected {kind.name} during the handshake, got {frame.kind.name}")
+    return frame
+
+
+async def _refuse(conn: FramedConnection, reject: Reject) -> HandshakeError:
+    """Tell the peer why (best effort) and return the exception to raise locally."""
+    with contextlib.suppress(TransferError):
+        await conn.send(FrameKind.REJECT, reject.encode())
+    return handshake_error(reject.reason, f"{conn.peer_name}: {reject.message}")
+
+
+async def client_handshake(
+    conn: FramedConnection,
+    *,
+    secret: bytes,
+    identity: PeerIdentity,
+    session_id: SessionId,
+    connection_index: int,
+    timeout_s: float,
+) -> None:
+    """Run the sender's side; raises a HandshakeError subclass when refused or refusing."""
+    hello = Hello(session_id, connection_index, identity, secrets.token_bytes(NONCE_BYTES))
+    with translated_errors(f"handshake with {conn.peer_name}"):
+        await asyncio.wait_for(_client_steps(conn, secret, identity, hello), timeout_s)
+
+
+async def _client_steps(
+    conn: FramedConnection, secret: bytes, identity: PeerIdentity, hello: Hello
+) -> None:
+    await conn.send(FrameKind.HELLO, hello.encode())
+    challenge = Challenge.decode((await _expect(conn, FrameKind.CHALLENGE)).meta)
+    if not hmac.compare_digest(challenge.server_mac, _mac(secret, b"server", hello, challenge)):
+        raise await _refuse(
+            conn, Reject(RejectReason.AUTHENTICATION, "server did not prove the shared secret")
+        )
+    reject = incompatibility(identity, challenge.identity)
+    if reject is not None:
+        raise await _refuse(conn, reject)
+    await conn.send(FrameKind.AUTH, _mac(secret, b"client", hello, challenge))
+    await _expect(conn, FrameKind.READY)
+
+
+async def server_handshake(
+    conn: FramedConnection, secret: bytes, identity: PeerIdentity, timeout_s: float
+) -> Hello:
+    """Run the receiver's side; returns the admitted client's HELLO."""
+    with translated_errors(f"handshake with {conn.peer_name}"):
+        return await asyncio.wait_for(_server_steps(conn, secret, identity), timeout_s)
+
+
+async def _server_steps(conn: FramedConnection, secret: bytes, identity: PeerIdentity) -> Hello:
+    first = await conn.read_frame()
+    if first.prefix.version != PROTOCOL_VERSION:
+        raise await _refuse(
+            conn, Reject(RejectReason.VERSION, f"v{first.prefix.version} is not supported")
+        )
+    if first.kind is not FrameKind.HELLO:
+        raise await _refuse(conn, Reject(RejectReason.MALFORMED, "expected HELLO"))
+    hello = Hello.decode(first.meta)
+    unsigned = Challenge(identity, secrets.token_bytes(NONCE_BYTES), b"\0" * MAC_BYTES)
+    challenge = Challenge(identity, unsigned.nonce, _mac(secret, b"server", hello, unsigned))
+    await conn.send(FrameKind.CHALLENGE, challenge.encode())
+    auth = await _expect(conn, FrameKind.AUTH)
+    if not hmac.compare_digest(auth.meta, _mac(secret, b"client", hello, challenge)):
+        raise await _refuse(
+            conn, Reject(RejectReason.AUTHENTICATION, "client did not prove the shared secret")
+        )
+    reject = incompatibility(identity, hello.identity)
+    if reject is not None:
+        raise await _refuse(conn, reject)
+    await conn.send(FrameKind.READY, b"")
+    return hello

@@ -1,0 +1,299 @@
+"""The `Transport` protocol and its TCP implementation (the in-memory one is in `memory`).
+
+A transport moves bytes; it knows nothing of frames. The sender and receiver are written against
+`Transport` / `Connection` only, so the same contract tests run over TCP and in memory.
+
+The TCP connection is an `asyncio.BufferedProtocol`: when the receiver asks for a payload of N
+bytes it hands the destination pages to `read_into`, and the event loop's `recv_into` writes
+straight into them (no intermediate bytes objects). Small reads (frame headers) go through a
+staging buffer. Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`;
+`framing` translates those into the package's exception tree.
+
+Lifecycle: `connect` / `listen` -> `read_into` / `write` -> `close` (orderly) or `abort` (reset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from prfaas.transfer.config import TlsConfig
+from prfaas.transfer.telemetry import TcpInfo, read_tcp_info
+
+Buffer = bytes | bytearray | memoryview
+SocketFactory = Callable[[], socket.socket]
+STAGING_BYTES = 256 * 1024
+WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PeerAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class Connection(Protocol):
+    """One full-duplex byte stream."""
+
+    @property
+    def peer_name(self) -> str: ...
+
+    async def write(self, parts: Sequence[Buffer]) -> None:
+        """Queue `parts` in order and wait until the stream accepts more (flow control)."""
+        ...
+
+    async def read_into(self, view: memoryview) -> None:
+        """Fill `view` exactly; IncompleteReadError on end of stream."""
+        ...
+
+    def tcp_info(self) -> TcpInfo | None:
+        """Kernel TCP statistics, or None where the stream is not a TCP socket."""
+        ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None:
+        """Drop the stream at once (a reset): how tests cut a connection mid-transfer."""
+        ...
+
+
+ConnectionHandler = Callable[[Connection], Coroutine[Any, Any, None]]
+
+
+class Listener(Protocol):
+    @property
+    def address(self) -> PeerAddress: ...
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    async def connect(self, address: PeerAddress) -> Connection: ...
+
+    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener: ...
+
+
+class _TcpStream(asyncio.BufferedProtocol):
+    """A TCP (or TLS) stream with zero-copy reads into caller-supplied buffers."""
+
+    def __init__(self, on_made: Callable[[_TcpStream], None] | None = None) -> None:
+        self._on_made = on_made
+        self._transport: asyncio.Transport | None = None
+        self._staging = memoryview(bytearray(STAGING_BYTES))
+        self._lo = self._hi = 0
+        self._target: memoryview | None = None
+        self._filled = 0
+        self._into_target = False
+        self._read_waiter: asyncio.Future[None] | None = None
+        self._lost: BaseException | None = None
+        self._is_paused_reading = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._is_paused_writing = False
+        self.peer_name = "?"
+
+    # -- asyncio callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        peer = transport.get_extra_info("peername")
+        self.peer_name = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Never hand out an empty view: TLS reads treat a 0-byte read as the peer's close.
+        target = self._target
+        if target is not None and self._filled < len(target) and self._lo == self._hi:
+            self._into_target = True
+            return target[self._filled :]
+        self._into_target = False
+        if self._hi == len(self._staging) and self._lo > 0:
+            size = self._hi - self._lo
+            self._staging[:size] = self._staging[self._lo : self._hi]
+            self._lo, self._hi = 0, size
+        return self._staging[self._hi :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._into_target:
+            self._filled += nbytes
+        else:
+            self._hi += nbytes
+            self._take_staged()
+            if self._hi == len(self._staging) and self._lo == 0 and self._transport:
+                self._transport.pause_reading()
+                self._is_paused_reading = True
+        if self._target is not None and self._filled == len(self._target):
+            self._wake_reader(None)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = exc if exc is not None else EOFError()
+        self._wake_reader(self._lost)
+        self._wake_writer(self._lost)
+
+    def pause_writing(self) -> None:
+        self._is_paused_writing = True
+
+    def resume_writing(self) -> None:
+        self._is_paused_writing = False
+        self._wake_writer(None)
+
+    # -- stream API -------------------------------------------------------------------------
+    async def read_into(self, view: memoryview) -> None:
+        self._target, self._filled = view, 0
+        try:
+            self._take_staged()
+            if self._is_paused_reading and self._transport is not None:
+                self._is_paused_reading = False
+                self._transport.resume_reading()
+            if self._filled < len(view):
+                if self._lost is not None:
+                    raise self._read_error()
+                self._read_waiter = asyncio.get_running_loop().create_future()
+                await self._read_waiter
+        finally:
+            self._target, self._read_waiter = None, None
+
+    async def write(self, parts: Sequence[Buffer]) -> None:
+        if self._lost is not None or self._transport is None:
+            raise ConnectionResetError("connection is closed")
+        for part in parts:
+            self._transport.write(part)
+        if self._is_paused_writing:
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+            await self._drain_waiter
+
+    def tcp_info(self) -> TcpInfo | None:
+        sock = self._transport.get_extra_info("socket") if self._transport else None
+        return read_tcp_info(sock) if sock is not None else None
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _take_staged(self) -> None:
+        if self._target is None or self._lo == self._hi:
+            return
+        size = min(self._hi - self._lo, len(self._target) - self._filled)
+        self._target[self._filled : self._filled + size] = self._staging[self._lo : self._lo + size]
+        self._filled += size
+        self._lo += size
+        if self._lo == self._hi:
+            self._lo = self._hi = 0
+
+    def _read_error(self) -> BaseException:
+        if isinstance(self._lost, EOFError):
+            assert self._target is not None
+            return asyncio.IncompleteReadError(
+                bytes(self._target[: self._filled]), len(self._target)
+            )
+        assert self._lost is not None
+        return ConnectionResetError(str(self._lost))
+
+    def _wake_reader(self, exc: BaseException | None) -> None:
+        waiter = self._read_waiter
+        if waiter is None or waiter.done():
+            return
+        if exc is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(self._read_error())
+
+    def _wake_writer(self, exc: BaseException | None) -> None:
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is None or waiter.done():
+            return
+        if exc is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(ConnectionResetError(str(exc)))
+
+
+class _TcpListener:
+    def __init__(self, server: asyncio.Server, tasks: set[asyncio.Task[None]]) -> None:
+        self._server = server
+        self._tasks = tasks
+        host, port = server.sockets[0].getsockname()[:2]
+        self._address = PeerAddress(host, port)
+
+    @property
+    def address(self) -> PeerAddress:
+        return self._address
+
+    async def close(self) -> None:
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class TcpTransport:
+    """TCP, optionally TLS. `socket_factory` creates the sockets (for instance inside a network
+    namespace, see `linkemu`); by default the event loop creates them."""
+
+    def __init__(
+        self, tls: TlsConfig | None = None, socket_factory: SocketFactory | None = None
+    ) -> None:
+        self._tls = tls
+        self._socket_factory = socket_factory
+
+    async def connect(self, address: PeerAddress) -> Connection:
+        loop = asyncio.get_running_loop()
+        ssl_context = self._tls.client_context() if self._tls else None
+        hostname = self._tls.server_hostname if self._tls else None
+        if self._socket_factory is None:
+            _, stream = await loop.create_connection(
+                _TcpStream, address.host, address.port, ssl=ssl_context, server_hostname=hostname
+            )
+            return stream
+        sock = self._socket_factory()
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, (address.host, address.port))
+        except BaseException:
+            sock.close()
+            raise
+        _, stream = await loop.create_connection(
+            _TcpStream, sock=sock, ssl=ssl_context, server_hostname=hostname
+        )
+        return stream
+
+    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
+        loop = asyncio.get_running_loop()
+        tasks: set[asyncio.Task[None]] = set()
+
+        def serve(stream: _TcpStream) -> None:
+            # Called once TCP (and TLS) is up: a failed TLS handshake never reaches the handler.
+            task = loop.create_task(handler(stream))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        def make_stream() -> _TcpStream:
+            return _TcpStream(serve)
+
+        ssl_context = self._tls.server_context() if self._tls else None
+        if self._socket_factory is None:
+            server = await loop.create_server(
+                make_stream, address.host, address.port, ssl=ssl_context
+            )
+        else:
+            sock = self._socket_factory()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address.host, address.port))
+            sock.listen(128)
+            server = await loop.create_server(make_stream, sock=sock, ssl=ssl_context)
+        return _TcpListener(server, tasks)

@@ -1,0 +1,112 @@
+"""The `Transport` contract, run against the TCP and in-memory implementations alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from transfer_helpers import make_transport, run
+
+from prfaas.transfer import Connection, PeerAddress
+from prfaas.transfer.transport import Listener
+
+KINDS = ["memory", "tcp"]
+
+
+async def _connected(kind: str) -> tuple[Connection, Connection, Listener, asyncio.Event]:
+    transport = make_transport(kind)
+    accepted: asyncio.Queue[Connection] = asyncio.Queue()
+    done = asyncio.Event()
+
+    async def handler(conn: Connection) -> None:
+        await accepted.put(conn)
+        await done.wait()
+
+    listener = await transport.listen(PeerAddress("127.0.0.1", 0), handler)
+    client = await transport.connect(listener.address)
+    server = await accepted.get()
+    return client, server, listener, done
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bytes_arrive_in_order_whatever_the_read_sizes(kind: str) -> None:
+    async def scenario() -> None:
+        client, server, listener, done = await _connected(kind)
+        data = bytes(range(256)) * 4000
+        writer = asyncio.ensure_future(client.write([data[:1], data[1:500_000], data[500_000:]]))
+        out = bytearray(len(data))
+        view, pos = memoryview(out), 0
+        for size in (3, 24, 70_000, 1, 300_000):
+            await server.read_into(view[pos : pos + size])
+            pos += size
+        await server.read_into(view[pos:])
+        await writer
+        assert bytes(out) == data
+        client.close()
+        done.set()
+        await listener.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_end_of_stream_is_an_incomplete_read(kind: str) -> None:
+    async def scenario() -> None:
+        client, server, listener, done = await _connected(kind)
+        await client.write([b"abc"])
+        client.close()
+        with pytest.raises(asyncio.IncompleteReadError) as info:
+            await server.read_into(memoryview(bytearray(10)))
+        assert info.value.partial == b"abc"
+        done.set()
+        await listener.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_abort_fails_the_peer_and_further_writes(kind: str) -> None:
+    async def scenario() -> None:
+        client, server, listener, done = await _connected(kind)
+        client.abort()
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await server.read_into(memoryview(bytearray(10)))
+        await asyncio.sleep(0.01)
+        with pytest.raises(ConnectionError):
+            for _ in range(100):
+                await client.write([b"x" * 65536])
+        done.set()
+        await listener.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_connecting_to_nothing_is_refused(kind: str) -> None:
+    async def scenario() -> None:
+        transport = make_transport(kind)
+        listener = await transport.listen(PeerAddress("127.0.0.1", 0), lambda c: asyncio.sleep(0))
+        address = listener.address
+        await listener.close()
+        with pytest.raises(ConnectionRefusedError):
+            await transport.connect(address)
+
+    run(scenario())
+
+
+def test_tcp_connections_report_kernel_telemetry_and_memory_ones_do_not() -> None:
+    async def scenario() -> None:
+        for kind in KINDS:
+            client, server, listener, done = await _connected(kind)
+            await client.write([b"x" * 100_000])
+            await server.read_into(memoryview(bytearray(100_000)))
+            info = client.tcp_info()
+            if kind == "tcp":
+                assert info is not None and info.rtt_s is not None and info.bytes_acked
+            else:
+                assert info is None
+            client.close()
+            done.set()
+            await listener.close()
+
+    run(scenario())
