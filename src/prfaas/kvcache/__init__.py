@@ -1,0 +1,153 @@
+"""The hybrid prefix cache pool and the global KVCache index (paper section 3).
+
+Pure logic shared by the simulator, the engine and the router: no sockets, threads, torch or
+clocks; it imports only `prfaas.specs` (and NumPy for the test-grade page storage).
+
+One instance owns one `HybridPrefixCache`: one pool of equal pages that a model's attention
+groups (block-level KV, partial prefix match) and state groups (linear-attention / SSM states
+and SWA windows, snapshots valid only at an exact boundary) all allocate from. A hit is the
+longest prefix that *every* group can restore, so a hybrid model never gets attention KV
+without the matching state. A request's lifecycle:
+
+    m = cache.match(request)                      # side-effect free; the router may use it
+    a = cache.allocate(request, m)                # Allocation, or OutOfPages (nothing changed)
+    ... engine restores a.state[i].restore_from, computes, fills blocks and snapshots ...
+    cache.commit(request.request_id)              # full blocks + snapshots become prefix cache
+    t = cache.begin_transfer(request.request_id, first_block=receiver_hit_blocks)  # optional
+    cache.release(request.request_id)             # request's refs; cached blocks join the LRU
+    cache.complete_transfer(t.transfer_id)        # the receiver acked: tail + state freed
+    index.apply(cache.take_events())              # BlockStored / BlockRemoved
+
+Running out of pages is a normal return value (`OutOfPages`); misuse raises:
+
+    KVCacheError
+    ├── CacheMisuseError            the caller broke the pool's protocol (a bug)
+    │   ├── UnknownBlockError       a block id the pool never issued
+    │   │   └── DoubleFreeError     a block id already freed or evicted
+    │   ├── RefcountUnderflowError  a release of a block nobody holds
+    │   ├── BlockStateError         caching a private/transfer block, or one cached already
+    │   ├── InvalidRequestError     block hashes that do not fit the token count
+    │   ├── UnknownRequestError / DuplicateRequestError
+    │   ├── UnknownTransferError    acking a transfer that is not pinned
+    │   ├── UnknownInstanceError    an index query or event for an unregistered instance
+    │   └── StorageUnavailableError data access on a bookkeeping-only pool
+    ├── CacheConfigError            a layout, config or storage that cannot work (ValueError)
+    ├── IncompatibleCacheError      an instance hashing blocks differently from the index
+    └── EventStreamError            an event stream that contradicts what the index holds
+
+Design notes, the page alignment rule and measured costs: docs/kvcache.md.
+"""
+
+from __future__ import annotations
+
+from prfaas.kvcache.block_pool import BlockPool, NewBlock
+from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache
+from prfaas.kvcache.errors import (
+    BlockStateError,
+    CacheConfigError,
+    CacheMisuseError,
+    DoubleFreeError,
+    DuplicateRequestError,
+    EventStreamError,
+    IncompatibleCacheError,
+    InvalidRequestError,
+    KVCacheError,
+    RefcountUnderflowError,
+    StorageUnavailableError,
+    UnknownBlockError,
+    UnknownInstanceError,
+    UnknownRequestError,
+    UnknownTransferError,
+)
+from prfaas.kvcache.events import BlockRemoved, BlockStored, CacheEvent
+from prfaas.kvcache.hashing import (
+    MOONCAKE_BLOCK_TOKENS,
+    CacheIdentity,
+    HashScheme,
+    model_fingerprint,
+)
+from prfaas.kvcache.ids import (
+    BlockHash,
+    BlockId,
+    ClusterId,
+    InstanceId,
+    PageId,
+    RequestId,
+    TransferId,
+)
+from prfaas.kvcache.index import ClusterMatch, GlobalKVCacheIndex, IndexMatch
+from prfaas.kvcache.layout import GroupKind, GroupSpec, PageLayout
+from prfaas.kvcache.policy import SnapshotPolicy
+from prfaas.kvcache.replay import ReplayStats, replay_sequential
+from prfaas.kvcache.storage import NumpyPageStorage, PageStorage
+from prfaas.kvcache.values import (
+    Allocation,
+    AllocationPlan,
+    AttentionBlocks,
+    BlockInfo,
+    BlockKind,
+    CacheRequest,
+    OutOfPages,
+    PoolStats,
+    PrefixMatch,
+    StateBlocks,
+    TransferManifest,
+)
+
+__all__ = [
+    "MOONCAKE_BLOCK_TOKENS",
+    "Allocation",
+    "AllocationPlan",
+    "AttentionBlocks",
+    "BlockHash",
+    "BlockId",
+    "BlockInfo",
+    "BlockKind",
+    "BlockPool",
+    "BlockRemoved",
+    "BlockStateError",
+    "BlockStored",
+    "CacheConfig",
+    "CacheConfigError",
+    "CacheEvent",
+    "CacheIdentity",
+    "CacheMisuseError",
+    "CacheRequest",
+    "ClusterId",
+    "ClusterMatch",
+    "DoubleFreeError",
+    "DuplicateRequestError",
+    "EventStreamError",
+    "GlobalKVCacheIndex",
+    "GroupKind",
+    "GroupSpec",
+    "HashScheme",
+    "HybridPrefixCache",
+    "IncompatibleCacheError",
+    "IndexMatch",
+    "InstanceId",
+    "InvalidRequestError",
+    "KVCacheError",
+    "NewBlock",
+    "NumpyPageStorage",
+    "OutOfPages",
+    "PageId",
+    "PageLayout",
+    "PageStorage",
+    "PoolStats",
+    "PrefixMatch",
+    "RefcountUnderflowError",
+    "ReplayStats",
+    "RequestId",
+    "SnapshotPolicy",
+    "StateBlocks",
+    "StorageUnavailableError",
+    "TransferId",
+    "TransferManifest",
+    "UnknownBlockError",
+    "UnknownInstanceError",
+    "UnknownRequestError",
+    "UnknownTransferError",
+    "model_fingerprint",
+    "replay_sequential",
+]

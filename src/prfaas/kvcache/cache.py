@@ -1,0 +1,197 @@
+"""The facade: one instance's hybrid prefix cache pool, as the engine and the simulator see it.
+
+    HybridPrefixCache            (this module: config, identity, storage access)
+      └── CacheCoordinator       (hit rule across groups, request and transfer bookkeeping)
+            ├── AttentionGroupManager x n   (block-level KV)
+            ├── StateGroupManager x m       (request-level snapshots)
+            └── BlockPool                   (pages, refcounts, LRU, events)
+
+One object per serving instance. Everything is synchronous and time-free, so the simulator
+and the live instance run this same code; the owner drains `take_events()` and ships the events
+to the router's `GlobalKVCacheIndex`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prfaas.kvcache.block_pool import BlockPool
+from prfaas.kvcache.coordinator import CacheCoordinator
+from prfaas.kvcache.errors import CacheConfigError, StorageUnavailableError
+from prfaas.kvcache.events import CacheEvent
+from prfaas.kvcache.hashing import HASH_ALGORITHM, CacheIdentity, HashScheme, model_fingerprint
+from prfaas.kvcache.ids import BlockId, InstanceId, PageId, RequestId, TransferId
+from prfaas.kvcache.layout import PageLayout
+from prfaas.kvcache.policy import SnapshotPolicy
+from prfaas.kvcache.storage import PageStorage
+from prfaas.kvcache.values import (
+    Allocation,
+    AllocationPlan,
+    BlockInfo,
+    CacheRequest,
+    OutOfPages,
+    PoolStats,
+    PrefixMatch,
+    TransferManifest,
+)
+from prfaas.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Everything one pool needs; build it with `for_model`.
+
+    The default snapshot policy is request end + junction: on the conversation trace it keeps
+    within about 2 points of an attention-only cache from 256 GiB per instance up, where
+    snapshots at every block lose up to 27 points to the states they store (docs/kvcache.md).
+    """
+
+    layout: PageLayout
+    num_pages: int
+    hash_scheme: HashScheme
+    snapshot_policy: SnapshotPolicy = field(default_factory=SnapshotPolicy.junction)
+
+    def __post_init__(self) -> None:
+        if self.num_pages < 1:
+            raise CacheConfigError(f"a pool needs at least one page, got {self.num_pages}")
+        if self.hash_scheme.block_tokens != self.layout.block_tokens:
+            raise CacheConfigError(
+                f"hash blocks of {self.hash_scheme.block_tokens} tokens but layout blocks of "
+                f"{self.layout.block_tokens}"
+            )
+
+    @classmethod
+    def for_model(
+        cls,
+        spec: ModelSpec,
+        *,
+        block_tokens: int,
+        num_pages: int | None = None,
+        capacity_bytes: int | None = None,
+        snapshot_policy: SnapshotPolicy | None = None,
+        seed: int = 0,
+    ) -> CacheConfig:
+        """A pool of `num_pages` pages, or of as many whole pages as fit in `capacity_bytes`."""
+        if (num_pages is None) == (capacity_bytes is None):
+            raise CacheConfigError("give exactly one of num_pages and capacity_bytes")
+        layout = PageLayout.from_model(spec, block_tokens)
+        if num_pages is None:
+            assert capacity_bytes is not None
+            num_pages = capacity_bytes // layout.page_bytes
+        scheme = HashScheme(block_tokens, model_fingerprint(spec), seed)
+        policy = snapshot_policy if snapshot_policy is not None else SnapshotPolicy.junction()
+        return cls(layout, num_pages, scheme, policy)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.num_pages * self.layout.page_bytes
+
+    @property
+    def identity(self) -> CacheIdentity:
+        return CacheIdentity(self.hash_scheme, HASH_ALGORITHM, self.layout.group_kinds)
+
+
+class HybridPrefixCache:
+    """One instance's pool. See the package docstring for the request lifecycle."""
+
+    def __init__(
+        self, config: CacheConfig, instance_id: InstanceId, storage: PageStorage | None = None
+    ) -> None:
+        if storage is not None and (
+            storage.num_pages < config.num_pages or storage.page_bytes != config.layout.page_bytes
+        ):
+            raise CacheConfigError(
+                f"storage of {storage.num_pages} x {storage.page_bytes} B pages cannot back "
+                f"{config.num_pages} x {config.layout.page_bytes} B"
+            )
+        self.config = config
+        self.instance_id = instance_id
+        self._storage = storage
+        num_groups = len(config.layout.groups)
+        self._pool = BlockPool(config.num_pages, num_groups, instance_id)
+        self._coordinator = CacheCoordinator(config.layout, self._pool, config.snapshot_policy)
+
+    @property
+    def layout(self) -> PageLayout:
+        return self.config.layout
+
+    @property
+    def pool(self) -> BlockPool:
+        """The underlying block pool, for audits and tests; mutate only through this facade."""
+        return self._pool
+
+    # --- the request lifecycle -------------------------------------------------------------
+
+    def match(self, request: CacheRequest) -> PrefixMatch:
+        return self._coordinator.match(request)
+
+    def plan(self, request: CacheRequest, match: PrefixMatch | None = None) -> AllocationPlan:
+        return self._coordinator.plan(request, self._fresh(request, match))
+
+    def can_allocate(self, request: CacheRequest, match: PrefixMatch | None = None) -> bool:
+        return self.plan(request, match).fits
+
+    def allocate(
+        self, request: CacheRequest, match: PrefixMatch | None = None
+    ) -> Allocation | OutOfPages:
+        """Reference the matched prefix and allocate the rest, evicting LRU blocks if needed.
+        `OutOfPages` (nothing changed) when even a full eviction would not make room."""
+        return self._coordinator.allocate(request, match)
+
+    def commit(self, request_id: RequestId, num_blocks: int | None = None) -> int:
+        return self._coordinator.commit(request_id, num_blocks)
+
+    def release(self, request_id: RequestId) -> None:
+        self._coordinator.release(request_id)
+
+    def begin_transfer(self, request_id: RequestId, first_block: int = 0) -> TransferManifest:
+        return self._coordinator.begin_transfer(request_id, first_block)
+
+    def complete_transfer(self, transfer_id: TransferId) -> None:
+        self._coordinator.complete_transfer(transfer_id)
+
+    def take_events(self) -> list[CacheEvent]:
+        return self._pool.take_events()
+
+    def stats(self) -> PoolStats:
+        pool = self._pool
+        return PoolStats(
+            num_pages=pool.num_pages,
+            num_free_pages=pool.num_free_pages,
+            num_evictable_pages=pool.num_evictable_pages,
+            num_cached_blocks=pool.num_cached_blocks,
+            num_live_blocks=pool.num_live_blocks,
+            num_requests=self._coordinator.num_requests,
+            num_transfers=self._coordinator.num_transfers,
+        )
+
+    # --- block contents ------------------------------------------------------------------
+
+    def block_info(self, block_id: BlockId) -> BlockInfo:
+        return self._pool.info(block_id)
+
+    def pages_of(self, block_id: BlockId) -> tuple[PageId, ...]:
+        return self._pool.info(block_id).pages
+
+    def write_block(self, block_id: BlockId, data: bytes) -> None:
+        self._require_storage().write(self.pages_of(block_id), data)
+
+    def read_block(self, block_id: BlockId) -> bytes:
+        """The block's unit bytes (its group's block or snapshot size, padding excluded)."""
+        info = self._pool.info(block_id)
+        unit_bytes = self.layout.groups[info.group_index].unit_bytes
+        return self._require_storage().read(info.pages, unit_bytes)
+
+    def copy_block(self, source: BlockId, target: BlockId) -> None:
+        """Copy a unit within one group: restore a snapshot into the live state, or take one."""
+        self._require_storage().copy(self.pages_of(source), self.pages_of(target))
+
+    def _require_storage(self) -> PageStorage:
+        if self._storage is None:
+            raise StorageUnavailableError(f"instance {self.instance_id} keeps bookkeeping only")
+        return self._storage
+
+    def _fresh(self, request: CacheRequest, match: PrefixMatch | None) -> PrefixMatch:
+        if match is None or match.epoch != self._pool.epoch:
+            return self._coordinator.match(request)
+        return match
