@@ -13,6 +13,15 @@
     #   trace: {path: conversation.jsonl, cache_capacity_blocks: 20000}
     threshold_step_tokens: 100             # threshold grid step (and histogram bin width)
 
+`prfaas simulate` reads three more optional sections (the planner ignores them):
+
+    arrivals: {process: poisson, rate_per_s: 2.5, num_requests: 5000}   # or uniform, gamma
+                                           # (cv: 2.0) or trace (time_scale: 0.5); shift:
+                                           # {at_s: 1800, input_scale: 0.5} rescales inputs
+    link: {rtt_s: 0.01, connections: 8, capacity_steps: [{at_s: 600, gbps: 5}]}
+    simulation: {policy: prfaas, seed: 0, slo: {ttft_s: 10, tpot_s: 0.025},
+                 rebalance: {period_s: 120}}
+
 Token counts accept `128K` (= 131,072). Validation is pydantic; any problem is a one-line
 `SpecFileError` naming the file and the field. Scenarios shipped with the package live in
 `planner/data/scenarios/` and are loaded by name.
@@ -24,7 +33,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -131,6 +140,70 @@ class DecodeFile(_Strict):
     slo_tokens_per_s: float = Field(gt=0)
 
 
+class ShiftFile(_Strict):
+    at_s: float = Field(ge=0)
+    input_scale: float = Field(gt=0)
+
+
+class ArrivalsFile(_Strict):
+    """How requests arrive in a simulation; `trace` replays the workload trace's timestamps."""
+
+    process: Literal["poisson", "uniform", "gamma", "trace"] = "poisson"
+    rate_per_s: float | None = Field(default=None, gt=0)
+    num_requests: int | None = Field(default=None, ge=1)
+    cv: float = Field(default=1.0, gt=0)
+    time_scale: float = Field(default=1.0, gt=0)
+    shift: ShiftFile | None = None
+
+
+class CapacityStepFile(_Strict):
+    at_s: float = Field(ge=0)
+    gbps: float = Field(gt=0)
+
+
+class LinkFile(_Strict):
+    """The inter-cluster link as the simulator models it (link_gbps is its start capacity)."""
+
+    rtt_s: float = Field(default=0.01, ge=0)
+    connections: int = Field(default=8, ge=1)
+    per_connection_gbps: float | None = Field(default=None, gt=0)
+    capacity_steps: list[CapacityStepFile] = Field(default_factory=list)
+    capacity_file: str | None = None  # CSV of time_s,gbps (relative to the scenario file)
+
+
+class SloFile(_Strict):
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_s: float | None = Field(default=None, gt=0)
+
+
+class RebalanceFile(_Strict):
+    period_s: float = Field(default=120.0, gt=0)
+    min_samples: int = Field(default=200, ge=1)
+
+
+class DeploymentFile(_Strict):
+    n_prfaas: int = Field(ge=0)
+    n_p: int = Field(ge=0)
+    n_d: int = Field(ge=1)
+    threshold_tokens: Tokens | None = None
+
+
+class SimulationFile(_Strict):
+    """Simulator settings; every field has a default (docs/simulation.md)."""
+
+    policy: str = "prfaas"
+    seed: int = 0
+    slo: SloFile = Field(default_factory=SloFile)
+    rebalance: RebalanceFile | None = None
+    deployment: DeploymentFile | None = None
+    prefill_chunk_tokens: Tokens = 8192
+    prefill_max_batch_requests: int = Field(default=1, ge=1)
+    decode_kv_gib: float = Field(default=64.0, gt=0)
+    prefix_cache_gib: float = Field(default=0.0, ge=0)
+    rdma_gbps: float = Field(default=800.0, gt=0)
+    sample_period_s: float = Field(default=10.0, gt=0)
+
+
 class ScenarioFile(_Strict):
     name: str
     description: str = ""
@@ -141,6 +214,9 @@ class ScenarioFile(_Strict):
     decode: DecodeFile
     workload: WorkloadFile
     threshold_step_tokens: int = Field(default=100, ge=1, le=100)
+    arrivals: ArrivalsFile | None = None
+    link: LinkFile | None = None
+    simulation: SimulationFile | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,156 @@
+"""`prfaas simulate`: replay a scenario's arrivals (or a trace) through the scheduler and the
+modelled clusters; one policy, or several side by side on the same arrivals (`--compare`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from prfaas.planner.scenario import read_scenario_file
+from prfaas.sim.api import SimRun, simulate_body, with_trace
+from prfaas.specs.errors import SpecError
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _render(runs: list[SimRun]) -> None:
+    table = Table(title="Simulation")
+    table.add_column("")
+    for run in runs:
+        table.add_column(run.report.policy, justify="right")
+    rows: list[tuple[str, list[str]]] = []
+    reports = [r.report for r in runs]
+    rows.append(
+        (
+            "N_prfaas / N_p / N_d",
+            [
+                f"{r.deployment['n_prfaas']} / {r.deployment['n_p']} / {r.deployment['n_d']}"
+                for r in reports
+            ],
+        )
+    )
+    rows.append(
+        (
+            "completed / failed",
+            [f"{r.summary.num_completed} / {r.summary.num_failed}" for r in reports],
+        )
+    )
+    rows.append(("throughput (req/s)", [_fmt(r.summary.request_throughput_per_s) for r in reports]))
+    rows.append(("goodput (req/s)", [_fmt(r.summary.goodput_per_s) for r in reports]))
+    for name in ("ttft_s", "e2e_s"):
+        rows.append(
+            (
+                f"{name[:-2].upper()} mean / P50 / P90 / P99 (s)",
+                [
+                    " / ".join(
+                        _fmt(getattr(getattr(r.summary, name), q))
+                        for q in ("mean", "median", "p90", "p99")
+                    )
+                    for r in reports
+                ],
+            )
+        )
+    rows.append(
+        (
+            "TPOT mean / P90 (ms)",
+            [
+                f"{_fmt((r.summary.tpot_s.mean or 0) * 1e3, '.1f')} / "
+                f"{_fmt((r.summary.tpot_s.p90 or 0) * 1e3, '.1f')}"
+                for r in reports
+            ],
+        )
+    )
+    rows.append(
+        ("paths", [", ".join(f"{k} {v}" for k, v in r.summary.paths.items()) for r in reports])
+    )
+    rows.append(
+        (
+            "link util / peak backlog (GB)",
+            [f"{r.link_mean_utilisation:.1%} / {r.link_peak_backlog_gb:.2f}" for r in reports],
+        )
+    )
+    rows.append(("prefix hit (tokens)", [f"{r.prefix_hit_fraction:.1%}" for r in reports]))
+    rows.append(("slow-loop actions", [str(len(r.actions)) for r in reports]))
+    for label, cells in rows:
+        table.add_row(label, *cells)
+    console = Console()
+    console.print(table)
+    for r in reports:
+        console.print(f"{r.policy} reasons: " + ", ".join(f"{k} {v}" for k, v in r.reasons.items()))
+
+
+ScenarioOption = Annotated[
+    str, typer.Option("--scenario", "-s", help="Bundled scenario name or a scenario YAML file.")
+]
+PolicyOption = Annotated[
+    str | None,
+    typer.Option("--policy", "-p", help="prfaas, homogeneous, naive, fixed or dynamo."),
+]
+CompareOption = Annotated[
+    str | None,
+    typer.Option("--compare", help="Comma-separated policies to run on the same arrivals."),
+]
+TraceOption = Annotated[
+    Path | None, typer.Option("--trace", help="Replay a Mooncake-format trace instead.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")]
+PlotDirOption = Annotated[
+    Path | None, typer.Option("--plot-dir", help="Write timeline and TTFT PNGs into DIR.")
+]
+TimeScaleOption = Annotated[
+    float | None, typer.Option("--time-scale", help="Multiply trace inter-arrival gaps.")
+]
+
+
+def command(
+    *,
+    scenario: ScenarioOption = "paper-case-study",
+    policy: PolicyOption = None,
+    compare: CompareOption = None,
+    trace: TraceOption = None,
+    time_scale: TimeScaleOption = None,
+    as_json: JsonOption = False,
+    plot_dir: PlotDirOption = None,
+) -> None:
+    """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
+    bursts, prefix hits and a fluctuating link."""
+    if policy is not None and compare is not None:
+        raise SpecError("give either --policy or --compare")
+    body, base_dir = read_scenario_file(scenario)
+    if trace is not None:
+        body = with_trace(body, trace)
+    if time_scale is not None:
+        if body.arrivals is None:
+            raise SpecError("--time-scale applies to a trace workload: give --trace too")
+        body = body.model_copy(
+            update={"arrivals": body.arrivals.model_copy(update={"time_scale": time_scale})}
+        )
+    policies: list[str | None] = (
+        [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
+    )
+    with Progress(transient=True, disable=as_json) as bar:
+        task = bar.add_task("simulating", total=len(policies))
+        runs = simulate_body(
+            body,
+            base_dir,
+            Path(scenario).name,
+            policies,
+            lambda name, frac: bar.update(task, description=f"simulating {name}", advance=0.01),
+        )
+    if as_json:
+        typer.echo(json.dumps([r.report.to_json() for r in runs], indent=2))
+    else:
+        _render(runs)
+    if plot_dir is not None:
+        from prfaas.sim.plots import write_plots
+
+        for path in write_plots([r.report for r in runs], plot_dir):
+            typer.echo(f"wrote {path}", err=as_json)

@@ -1,0 +1,82 @@
+"""The global scheduler (paper section 4), pure logic shared by the simulator and the router.
+
+Short timescale: `GlobalScheduler.route` places each request through a `RoutingPolicy`
+(`PrfaasPolicy` or a baseline) and answers a `RouteDecision` (or a `Rejection`) with a reason
+code. Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
+It sees the world only through `ClusterView` and imports specs, workload, planner and kvcache,
+never sim or serve (DESIGN.md). Triggers and defaults: docs/scheduler.md.
+"""
+
+from __future__ import annotations
+
+from prfaas.scheduler.bandwidth import BandwidthModeTracker, link_pressure
+from prfaas.scheduler.baselines import (
+    POLICIES,
+    DynamoConditionalPolicy,
+    FixedThresholdPolicy,
+    HomogeneousPdPolicy,
+    NaiveHeterogeneousPolicy,
+    make_policy,
+)
+from prfaas.scheduler.config import BandwidthConfig, SchedulerConfig
+from prfaas.scheduler.decisions import (
+    BandwidthMode,
+    CacheMove,
+    Decision,
+    FlipRole,
+    Reason,
+    RebalanceAction,
+    RebalanceReason,
+    Rejection,
+    RejectReason,
+    RouteDecision,
+    ServePath,
+    SetThreshold,
+)
+from prfaas.scheduler.load import DispatchLedger, choose_decode, choose_prefill
+from prfaas.scheduler.placement import PathChoice
+from prfaas.scheduler.policies import PrfaasPolicy, RoutingPolicy
+from prfaas.scheduler.rebalancer import RebalanceConfig, RebalancePolicy, StageStats, Window
+from prfaas.scheduler.scheduler import GlobalScheduler
+from prfaas.scheduler.view import ClusterView, InstanceView, LinkView, Role, RouteRequest
+
+__all__ = [
+    "POLICIES",
+    "BandwidthConfig",
+    "BandwidthMode",
+    "BandwidthModeTracker",
+    "CacheMove",
+    "ClusterView",
+    "Decision",
+    "DispatchLedger",
+    "DynamoConditionalPolicy",
+    "FixedThresholdPolicy",
+    "FlipRole",
+    "GlobalScheduler",
+    "HomogeneousPdPolicy",
+    "InstanceView",
+    "LinkView",
+    "NaiveHeterogeneousPolicy",
+    "PathChoice",
+    "PrfaasPolicy",
+    "Reason",
+    "RebalanceAction",
+    "RebalanceConfig",
+    "RebalancePolicy",
+    "RebalanceReason",
+    "RejectReason",
+    "Rejection",
+    "Role",
+    "RouteDecision",
+    "RouteRequest",
+    "RoutingPolicy",
+    "SchedulerConfig",
+    "ServePath",
+    "SetThreshold",
+    "StageStats",
+    "Window",
+    "choose_decode",
+    "choose_prefill",
+    "link_pressure",
+    "make_policy",
+]

@@ -1,0 +1,61 @@
+"""The scheduler's one frozen configuration: every trigger with its default.
+
+docs/scheduler.md gives each default its reason; the numbers below are ours (the paper gives
+none, section 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prfaas.specs.perf import PerfProfile
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthConfig:
+    """Hysteresis of the scarce / plentiful switch and the congestion gate.
+
+    pressure = max(egress utilisation, backlog_s / backlog_target_s,
+                   retransmit_fraction / retransmit_target)
+    enters SCARCE at pressure >= enter_scarce, leaves it at pressure <= leave_scarce.
+    """
+
+    enter_scarce: float = 0.7
+    leave_scarce: float = 0.5
+    backlog_target_s: float = 1.0
+    retransmit_target: float = 0.01
+    max_transfer_lag_s: float = 2.0  # congestion gate: predicted KV lag behind prefill end
+    start_mode_scarce: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.leave_scarce < self.enter_scarce:
+            raise ValueError("need 0 < leave_scarce < enter_scarce for hysteresis")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Timing models to estimate work and the short-timescale triggers.
+
+    `threshold_tokens`: t (the planner's optimum at start-up; the slow loop moves it).
+    `load_slack`: bounded-load factor epsilon: cache affinity may pick an instance only if it
+    finishes the request within (1 + epsilon) of the earliest possible finish (pain point 6).
+    `prfaas_surge_s`: PrfaaS queued work (s) above which a long request goes to PD-P if PD-P
+    would finish it sooner. `dynamo_busy_s`: the Dynamo baseline's "prefill queue busy" bound.
+    """
+
+    prfaas_profile: PerfProfile | None
+    pd_profile: PerfProfile
+    threshold_tokens: int
+    bandwidth: BandwidthConfig = BandwidthConfig()
+    load_slack: float = 0.25
+    prfaas_surge_s: float = 30.0
+    dynamo_busy_s: float = 10.0
+
+    def prefill_s(self, on_prfaas: bool, uncached_tokens: int) -> float:
+        """Estimated prefill time of `uncached_tokens` on either cluster's chips."""
+        profile = self.prfaas_profile if on_prfaas and self.prfaas_profile else self.pd_profile
+        return profile.prefill_s(max(1, uncached_tokens))
+
+    def kv_bytes(self, tokens: int) -> float:
+        """KV + state bytes of a `tokens`-long context (the same model on both clusters)."""
+        return self.pd_profile.cache_bytes(max(1, tokens))

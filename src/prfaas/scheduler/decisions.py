@@ -1,0 +1,112 @@
+"""The scheduler's answers: a route for each request, actions from the slow loop; each with a
+reason code, so logs, metrics and the simulator report say why (DESIGN.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
+from prfaas.scheduler.view import Role
+
+
+class ServePath(StrEnum):
+    PRFAAS = "prfaas"
+    PD_P = "pd-p"
+
+
+class BandwidthMode(StrEnum):
+    """The paper's two prefix rules (section 4): judge each cluster's cache alone when bandwidth
+    is scarce; use the longer prefix anywhere (moving it across) when plentiful."""
+
+    SCARCE = "scarce"
+    PLENTIFUL = "plentiful"
+
+
+class Reason(StrEnum):
+    """Why a request went where it went."""
+
+    # PrfaaS policy, bandwidth scarce: l_total - l_pd against t (each cluster alone).
+    SCARCE_SHORT_AT_PD = "scarce-short-at-pd"
+    SCARCE_LONG_TO_PRFAAS = "scarce-long-to-prfaas"
+    # PrfaaS policy, bandwidth plentiful: l_total - max(l_prfaas, l_pd) against t.
+    PLENTIFUL_SHORT_AT_PD = "plentiful-short-at-pd"
+    PLENTIFUL_LONG_TO_PRFAAS = "plentiful-long-to-prfaas"
+    # PrfaaS policy gates that override the length rule.
+    LINK_CONGESTED = "link-congested"
+    PRFAAS_QUEUE_SURGE = "prfaas-queue-surge"
+    NO_PRFAAS_INSTANCE = "no-prfaas-instance"
+    NO_PD_PREFILL_INSTANCE = "no-pd-prefill-instance"
+    # Baselines.
+    HOMOGENEOUS = "homogeneous"
+    NAIVE_ALL_REMOTE = "naive-all-remote"
+    FIXED_SHORT = "fixed-short"
+    FIXED_LONG = "fixed-long"
+    DYNAMO_REMOTE = "dynamo-remote"
+    DYNAMO_SHORT_LOCAL = "dynamo-short-local"
+    DYNAMO_BUSY_LOCAL = "dynamo-busy-local"
+
+
+class RejectReason(StrEnum):
+    NO_PREFILL_INSTANCE = "no-prefill-instance"
+    NO_DECODE_INSTANCE = "no-decode-instance"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheMove:
+    """Move `tokens` of cached prefix from one cluster to the other before prefill starts
+    (bandwidth plentiful and the longer prefix sits in the other cluster)."""
+
+    source_instance_id: InstanceId
+    source_cluster_id: ClusterId
+    target_cluster_id: ClusterId
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """Where one request runs. `reused_prefix_tokens` is what prefill restores (moved or local);
+    `uncached_tokens` what it computes."""
+
+    request_id: RequestId
+    path: ServePath
+    prefill_instance_id: InstanceId
+    decode_instance_id: InstanceId
+    reused_prefix_tokens: int
+    uncached_tokens: int
+    reason: Reason
+    mode: BandwidthMode | None = None
+    cache_move: CacheMove | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    request_id: RequestId
+    reason: RejectReason
+
+
+Decision = RouteDecision | Rejection
+
+
+class RebalanceReason(StrEnum):
+    PREFILL_BOTTLENECK = "prefill-bottleneck"
+    DECODE_BOTTLENECK = "decode-bottleneck"
+    PLANNER_REOPTIMISED = "planner-reoptimised"
+
+
+@dataclass(frozen=True, slots=True)
+class FlipRole:
+    """Drain `instance_id`, then give it `to_role` (PD-P <-> PD-D)."""
+
+    instance_id: InstanceId
+    to_role: Role
+    reason: RebalanceReason
+
+
+@dataclass(frozen=True, slots=True)
+class SetThreshold:
+    threshold_tokens: int
+    reason: RebalanceReason
+
+
+RebalanceAction = FlipRole | SetThreshold

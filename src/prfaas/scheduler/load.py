@@ -1,0 +1,134 @@
+"""Load counted at dispatch time, and the two instance choices built on it.
+
+`DispatchLedger` records every dispatch the moment it is decided and forgets it when the host
+reports the stage done, so two requests arriving back to back never both see an idle instance
+(pain point 6: routers acting on stale instance counters). Prefill load is estimated seconds of
+queued prefill work; decode load is dispatched requests and reserved KV bytes.
+
+Prefill choice: cache affinity with bounded load. An instance's finish time for the request is
+its queued work plus the request's prefill on it (shorter where its cache hits). Among
+instances finishing within (1 + epsilon) of the earliest, take the longest prefix hit; ties to
+the earliest finish, then the id. Affinity may cost at most epsilon of latency, so the hot
+instance is never piled onto: once its queue is long enough, a colder instance wins.
+
+Decode choice: the least loaded by dispatched requests
+over BS_max among those with enough free KV memory; if none has room, the one with most free
+memory (the request waits there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from prfaas.kvcache.ids import InstanceId, RequestId
+from prfaas.scheduler.view import InstanceView
+
+
+@dataclass(slots=True)
+class _Entry:
+    prefill_instance_id: InstanceId
+    prefill_work_s: float
+    decode_instance_id: InstanceId
+    kv_bytes: float
+    is_prefilling: bool = True
+
+
+class DispatchLedger:
+    """Outstanding work per instance, updated at dispatch and at stage completion."""
+
+    def __init__(self) -> None:
+        self._entries: dict[RequestId, _Entry] = {}
+        self._prefill_s: dict[InstanceId, float] = {}
+        self._decode_requests: dict[InstanceId, int] = {}
+        self._decode_kv_bytes: dict[InstanceId, float] = {}
+
+    def dispatch(
+        self,
+        request_id: RequestId,
+        prefill_instance_id: InstanceId,
+        prefill_work_s: float,
+        decode_instance_id: InstanceId,
+        kv_bytes: float,
+    ) -> None:
+        if request_id in self._entries:
+            raise KeyError(f"request {request_id} dispatched twice")
+        self._entries[request_id] = _Entry(
+            prefill_instance_id, prefill_work_s, decode_instance_id, kv_bytes
+        )
+        self._add_prefill(prefill_instance_id, prefill_work_s)
+        self._decode_requests[decode_instance_id] = self.decode_requests(decode_instance_id) + 1
+        self._decode_kv_bytes[decode_instance_id] = self.decode_kv_bytes(decode_instance_id) + (
+            kv_bytes
+        )
+
+    def prefill_done(self, request_id: RequestId) -> None:
+        entry = self._entries[request_id]
+        if not entry.is_prefilling:
+            raise KeyError(f"request {request_id}: prefill reported done twice")
+        entry.is_prefilling = False
+        self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
+
+    def decode_done(self, request_id: RequestId) -> None:
+        entry = self._entries.pop(request_id)
+        if entry.is_prefilling:
+            self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
+        decode = entry.decode_instance_id
+        self._decode_requests[decode] -= 1
+        self._decode_kv_bytes[decode] -= entry.kv_bytes
+
+    def prefill_work_s(self, instance_id: InstanceId) -> float:
+        return self._prefill_s.get(instance_id, 0.0)
+
+    def decode_requests(self, instance_id: InstanceId) -> int:
+        return self._decode_requests.get(instance_id, 0)
+
+    def decode_kv_bytes(self, instance_id: InstanceId) -> float:
+        return self._decode_kv_bytes.get(instance_id, 0.0)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _add_prefill(self, instance_id: InstanceId, work_s: float) -> None:
+        # Clamp float dust so an idle instance reads exactly 0.
+        total = self._prefill_s.get(instance_id, 0.0) + work_s
+        self._prefill_s[instance_id] = total if total > 1e-9 else 0.0
+
+
+def choose_prefill(
+    candidates: Sequence[InstanceView],
+    hit_tokens: Callable[[InstanceView], int],
+    work_s: Callable[[InstanceView], float],
+    ledger: DispatchLedger,
+    load_slack: float,
+) -> InstanceView:
+    """Longest hit among instances within the load bound; see the module docstring."""
+    if not candidates:
+        raise ValueError("no candidate prefill instance")
+    finish = {c.instance_id: ledger.prefill_work_s(c.instance_id) + work_s(c) for c in candidates}
+    bound_s = (1.0 + load_slack) * min(finish.values())
+    within = [c for c in candidates if finish[c.instance_id] <= bound_s]
+    return min(within, key=lambda c: (-hit_tokens(c), finish[c.instance_id], c.instance_id))
+
+
+def choose_decode(
+    candidates: Sequence[InstanceView], kv_bytes: float, ledger: DispatchLedger
+) -> InstanceView | None:
+    """Least loaded decode instance with room for `kv_bytes`; see the module docstring."""
+    if not candidates:
+        return None
+
+    def free(c: InstanceView) -> float:
+        return c.kv_capacity_bytes - ledger.decode_kv_bytes(c.instance_id)
+
+    roomy = [c for c in candidates if free(c) >= kv_bytes]
+    if not roomy:
+        return max(candidates, key=lambda c: (free(c), c.instance_id))
+    return min(
+        roomy,
+        key=lambda c: (
+            ledger.decode_requests(c.instance_id) / max(1, c.max_batch_size),
+            -free(c),
+            c.instance_id,
+        ),
+    )

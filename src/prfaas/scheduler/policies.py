@@ -1,0 +1,115 @@
+"""Routing policies behind one interface: the PrfaaS policy (paper section 4) and the baselines
+(homogeneous PD, naive heterogeneous, fixed threshold, Dynamo-style conditional disaggregation).
+
+Each policy answers only *which path* (and why); `placement.place` picks instances the same way
+for all of them. Rules of `PrfaasPolicy.choose`, in order (l = input tokens, t = threshold):
+
+    mode = SCARCE or PLENTIFUL from link pressure (bandwidth.py, with hysteresis)
+    SCARCE:    remote iff l - l_pd > t                     (each cluster's cache alone)
+    PLENTIFUL: remote iff l - max(l_prfaas, l_pd) > t      (move the longer prefix across)
+    remote but no PrfaaS instance          -> PD-P  NO_PRFAAS_INSTANCE
+    remote but KV would lag prefill by more than max_transfer_lag_s -> PD-P  LINK_CONGESTED
+    remote but PrfaaS queue > prfaas_surge_s and PD-P finishes first -> PD-P  PRFAAS_QUEUE_SURGE
+    local but no PD-P instance             -> PrfaaS NO_PD_PREFILL_INSTANCE
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prfaas.scheduler.bandwidth import BandwidthModeTracker
+from prfaas.scheduler.config import SchedulerConfig
+from prfaas.scheduler.decisions import BandwidthMode, CacheMove, Reason, ServePath
+from prfaas.scheduler.load import DispatchLedger
+from prfaas.scheduler.placement import PathChoice, best_hit
+from prfaas.scheduler.view import ClusterView, Role, RouteRequest
+
+
+class RoutingPolicy(Protocol):
+    """Chooses a path for each request; `threshold_tokens` is t where the policy has one."""
+
+    name: str
+    threshold_tokens: int
+
+    def choose(
+        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+    ) -> PathChoice: ...
+
+
+def _min_work_s(view: ClusterView, role: Role, ledger: DispatchLedger) -> float:
+    loads = [ledger.prefill_work_s(i.instance_id) for i in view.accepting(role)]
+    return min(loads, default=float("inf"))
+
+
+class PrfaasPolicy:
+    """Selective offload by uncached length, bandwidth- and cache-aware (paper section 4)."""
+
+    name = "prfaas"
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.threshold_tokens = config.threshold_tokens
+        self.tracker = BandwidthModeTracker(config.bandwidth)
+
+    def choose(
+        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+    ) -> PathChoice:
+        mode = self.tracker.update(view.link)
+        prfaas, pdp = view.accepting(Role.PRFAAS), view.accepting(Role.PD_PREFILL)
+        l_pd, pd_index = best_hit(request, pdp)
+        l_prfaas, prfaas_index = best_hit(request, prfaas)
+        move: CacheMove | None = None
+        if mode is BandwidthMode.SCARCE:
+            remote = request.input_tokens - l_pd > self.threshold_tokens
+            reason = Reason.SCARCE_LONG_TO_PRFAAS if remote else Reason.SCARCE_SHORT_AT_PD
+        else:
+            remote = request.input_tokens - max(l_pd, l_prfaas) > self.threshold_tokens
+            reason = Reason.PLENTIFUL_LONG_TO_PRFAAS if remote else Reason.PLENTIFUL_SHORT_AT_PD
+            if remote and l_pd > l_prfaas and prfaas:
+                src = pdp[pd_index]
+                move = CacheMove(src.instance_id, src.cluster_id, prfaas[0].cluster_id, l_pd)
+            elif not remote and l_prfaas > l_pd and pdp:
+                src = prfaas[prfaas_index]
+                move = CacheMove(src.instance_id, src.cluster_id, pdp[0].cluster_id, l_prfaas)
+        if remote:
+            tentative = PathChoice(ServePath.PRFAAS, reason, mode, cache_move=move)
+            return self._gate_remote(request, view, ledger, tentative)
+        if not pdp:
+            return PathChoice(ServePath.PRFAAS, Reason.NO_PD_PREFILL_INSTANCE, mode)
+        return PathChoice(ServePath.PD_P, reason, mode, cache_move=move)
+
+    def _gate_remote(
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        tentative: PathChoice,
+    ) -> PathChoice:
+        """Offload unless the link or the PrfaaS queue says PD-P will serve it better."""
+        mode, move = tentative.mode, tentative.cache_move
+        if not view.accepting(Role.PRFAAS):
+            return PathChoice(ServePath.PD_P, Reason.NO_PRFAAS_INSTANCE, mode)
+        if not view.accepting(Role.PD_PREFILL):
+            return tentative
+        cfg = self.config
+        reused = move.tokens if move is not None else 0
+        hit = max(
+            reused,
+            max((request.hit_on(i.instance_id) for i in view.accepting(Role.PRFAAS)), default=0),
+        )
+        remote_prefill_s = cfg.prefill_s(True, request.input_tokens - hit)
+        remote_wait_s = _min_work_s(view, Role.PRFAAS, ledger)
+        link = view.link
+        send_s = (link.bytes_waiting + cfg.kv_bytes(request.input_tokens)) / max(
+            link.capacity_bytes_per_s, 1e-9
+        )
+        if send_s - (remote_wait_s + remote_prefill_s) > cfg.bandwidth.max_transfer_lag_s:
+            return PathChoice(ServePath.PD_P, Reason.LINK_CONGESTED, mode)
+        if remote_wait_s > cfg.prfaas_surge_s:
+            l_pd, _ = best_hit(request, view.accepting(Role.PD_PREFILL))
+            local_s = _min_work_s(view, Role.PD_PREFILL, ledger) + cfg.prefill_s(
+                False, request.input_tokens - l_pd
+            )
+            if local_s < remote_wait_s + remote_prefill_s:
+                return PathChoice(ServePath.PD_P, Reason.PRFAAS_QUEUE_SURGE, mode)
+        return tentative

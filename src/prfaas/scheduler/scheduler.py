@@ -1,0 +1,88 @@
+"""The global scheduler: one object per deployment, run by the simulator or the live router.
+
+    decision = scheduler.route(request, view)     # short timescale, every arrival
+    scheduler.prefill_done(request_id)            # the host reports stage completions,
+    scheduler.decode_done(request_id)             # so load is counted from dispatch to done
+    actions = scheduler.rebalance(view, stats)    # long timescale, every period (if enabled)
+
+It owns the dispatch ledger (load at dispatch time), the routing policy, the optional
+rebalancer, and the record of observed uncached lengths the rebalancer re-optimises t on.
+Decisions are also appended to `decision_log` as pull-based history for reports.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prfaas.kvcache.ids import RequestId
+from prfaas.scheduler.config import SchedulerConfig
+from prfaas.scheduler.decisions import (
+    Decision,
+    RebalanceAction,
+    Rejection,
+    RouteDecision,
+    ServePath,
+    SetThreshold,
+)
+from prfaas.scheduler.load import DispatchLedger
+from prfaas.scheduler.placement import place
+from prfaas.scheduler.policies import RoutingPolicy
+from prfaas.scheduler.rebalancer import RebalancePolicy, StageStats, Window
+from prfaas.scheduler.view import ClusterView, RouteRequest
+
+
+class GlobalScheduler:
+    def __init__(
+        self,
+        policy: RoutingPolicy,
+        config: SchedulerConfig,
+        rebalancer: RebalancePolicy | None = None,
+    ) -> None:
+        self.policy = policy
+        self.config = config
+        self.rebalancer = rebalancer
+        self.ledger = DispatchLedger()
+        self.reasons: Counter[str] = Counter()
+        self._window = Window()
+
+    def route(self, request: RouteRequest, view: ClusterView) -> Decision:
+        choice = self.policy.choose(request, view, self.ledger)
+        decision = place(request, view, self.ledger, self.config, choice)
+        if isinstance(decision, Rejection):
+            self.reasons[f"rejected:{decision.reason}"] += 1
+            return decision
+        self.reasons[f"{decision.path}:{decision.reason}"] += 1
+        self._dispatch(decision, request)
+        return decision
+
+    def prefill_done(self, request_id: RequestId) -> None:
+        self.ledger.prefill_done(request_id)
+
+    def decode_done(self, request_id: RequestId) -> None:
+        self.ledger.decode_done(request_id)
+
+    @property
+    def threshold_tokens(self) -> int:
+        return self.policy.threshold_tokens
+
+    def rebalance(self, view: ClusterView, stats: StageStats) -> list[RebalanceAction]:
+        """Run the slow loop on what was observed since the last call; apply the new t."""
+        if self.rebalancer is None:
+            return []
+        window, self._window = self._window, Window()
+        actions = self.rebalancer.step(view, stats, window, self.policy.threshold_tokens)
+        for action in actions:
+            if isinstance(action, SetThreshold):
+                self.policy.threshold_tokens = action.threshold_tokens
+        return actions
+
+    def _dispatch(self, decision: RouteDecision, request: RouteRequest) -> None:
+        on_prfaas = decision.path is ServePath.PRFAAS
+        self.ledger.dispatch(
+            decision.request_id,
+            decision.prefill_instance_id,
+            self.config.prefill_s(on_prfaas, decision.uncached_tokens),
+            decision.decode_instance_id,
+            self.config.kv_bytes(request.input_tokens + request.output_tokens),
+        )
+        self._window.observe(request, decision)

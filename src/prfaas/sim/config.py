@@ -1,0 +1,105 @@
+"""A simulation's resolved configuration: deployment, policy, link and arrivals, frozen.
+
+`build_run_config` turns a scenario (the planner's YAML, with its optional `simulation:`,
+`arrivals:` and `link:` sections) and a policy name into a `RunConfig`. The deployment of each
+policy is the planner's for its deployment kind (paper Table 6): PrfaaS-PD's optimum (N_prfaas,
+N_p, N_d, t) for prfaas, fixed and dynamo; homogeneous PD with as many PD-chip instances as
+PrfaaS-PD has GPUs for homogeneous; all PD instances decoding for naive.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from prfaas.planner.model import Cluster, Hardware
+from prfaas.planner.plan import PlanReport, plan
+from prfaas.planner.scenario import LinkFile, Scenario, ScenarioFile, SimulationFile
+from prfaas.specs.errors import SpecError, SpecFileError
+
+DEPLOYMENT_OF_POLICY = {
+    "prfaas": "prfaas_pd",
+    "fixed": "prfaas_pd",
+    "dynamo": "prfaas_pd",
+    "homogeneous": "homogeneous_pd",
+    "naive": "naive_heterogeneous",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    n_prfaas: int
+    n_p: int
+    n_d: int
+    threshold_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    policy: str
+    hardware: Hardware
+    deployment: Deployment
+    simulation: SimulationFile
+    link: LinkFile
+    capacity_steps_gbps: tuple[tuple[float, float], ...]
+    decode_max_batch: int
+    block_tokens: int
+
+
+def _read_capacity_file(path: Path) -> list[tuple[float, float]]:
+    try:
+        with path.open() as handle:
+            rows = [r for r in csv.reader(handle) if r and not r[0].startswith("#")]
+    except OSError as err:
+        raise SpecFileError(f"{path}: cannot read capacity file ({err.strerror})") from None
+    try:
+        return [(float(t), float(g)) for t, g in rows if t.strip() != "time_s"]
+    except ValueError:
+        raise SpecFileError(f"{path}: rows must be time_s,gbps") from None
+
+
+def deployment_for(policy: str, report: PlanReport, body: SimulationFile) -> Deployment:
+    if body.deployment is not None:
+        d = body.deployment
+        t = d.threshold_tokens
+        best_t = report.deployments["prfaas_pd"].threshold_tokens
+        return Deployment(d.n_prfaas, d.n_p, d.n_d, t if t is not None else best_t or 0)
+    try:
+        point = report.deployments[DEPLOYMENT_OF_POLICY[policy]]
+    except KeyError:
+        known = ", ".join(DEPLOYMENT_OF_POLICY)
+        raise SpecError(f"unknown policy {policy!r} (known: {known})") from None
+    best_t = report.deployments["prfaas_pd"].threshold_tokens or 0
+    return Deployment(point.n_prfaas, point.n_p, point.n_d, best_t)
+
+
+def build_run_config(
+    scenario: Scenario, body: ScenarioFile, base_dir: Path, policy: str | None
+) -> RunConfig:
+    sim = body.simulation or SimulationFile()
+    link = body.link or LinkFile()
+    name = policy or sim.policy
+    report = plan(scenario.hardware, scenario.workload, scenario.threshold_step_tokens)
+    deployment = deployment_for(name, report, sim)
+    steps = [(s.at_s, s.gbps) for s in link.capacity_steps]
+    if link.capacity_file is not None:
+        steps += _read_capacity_file(base_dir / link.capacity_file)
+    hw = scenario.hardware
+    hardware = Hardware(
+        prfaas=Cluster(hw.prfaas.profile, deployment.n_prfaas),
+        pd=Cluster(hw.pd.profile, deployment.n_p + deployment.n_d),
+        link_gbps=hw.link_gbps,
+        decode_slo_tokens_per_s=hw.decode_slo_tokens_per_s,
+    )
+    trace = body.workload.trace
+    return RunConfig(
+        policy=name,
+        hardware=hardware,
+        deployment=deployment,
+        simulation=sim,
+        link=link,
+        capacity_steps_gbps=tuple(sorted(steps)),
+        decode_max_batch=report.decode.max_batch_size,
+        block_tokens=trace.block_tokens if trace is not None else 512,
+    )

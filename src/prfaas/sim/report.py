@@ -1,0 +1,106 @@
+"""The simulator's report: the shared metrics summary plus what only a simulator knows.
+
+`summary` is `prfaas.metrics.summarize` over the per-request records, the same definitions of
+TTFT, TPOT, ITL, E2E and goodput the benchmark client uses. Added: the per-path split with the
+scheduler's reason codes, per-path TTFT, link utilisation, prefix reuse, the slow loop's
+actions and the sampled timelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from prfaas.metrics.summary import Distribution, MetricsSummary, Slo, summarize
+from prfaas.planner.scenario import SloFile
+from prfaas.scheduler import FlipRole, SetThreshold
+from prfaas.sim.config import RunConfig
+from prfaas.sim.runner import SimResult
+from prfaas.sim.timeline import Timeline
+
+
+@dataclass(frozen=True, slots=True)
+class SimReport:
+    policy: str
+    deployment: dict[str, int]
+    summary: MetricsSummary
+    reasons: dict[str, int]
+    path_ttft_s: dict[str, Distribution]
+    link_mean_utilisation: float
+    link_peak_backlog_gb: float
+    prefix_hit_fraction: float
+    actions: list[dict[str, Any]]
+    timeline: Timeline
+    num_events: int
+
+    def to_json(self, with_timeline: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": "prfaas.simulation/1",
+            "policy": self.policy,
+            "deployment": self.deployment,
+            "metrics": self.summary.to_json(),
+            "reasons": self.reasons,
+            "path_ttft_s": {k: vars_of(v) for k, v in self.path_ttft_s.items()},
+            "link_mean_utilisation": self.link_mean_utilisation,
+            "link_peak_backlog_gb": self.link_peak_backlog_gb,
+            "prefix_hit_fraction": self.prefix_hit_fraction,
+            "actions": self.actions,
+            "num_events": self.num_events,
+        }
+        if with_timeline:
+            out["timeline"] = self.timeline.to_json()
+        return out
+
+
+def vars_of(d: Distribution) -> dict[str, Any]:
+    return {"count": d.count, "mean": d.mean, "median": d.median, "p90": d.p90, "p99": d.p99}
+
+
+def _action_json(time_s: float, action: FlipRole | SetThreshold) -> dict[str, Any]:
+    if isinstance(action, FlipRole):
+        return {
+            "time_s": time_s,
+            "flip": action.instance_id,
+            "to": str(action.to_role),
+            "reason": str(action.reason),
+        }
+    return {
+        "time_s": time_s,
+        "threshold_tokens": action.threshold_tokens,
+        "reason": str(action.reason),
+    }
+
+
+def build_report(config: RunConfig, result: SimResult, slo_body: SloFile | None) -> SimReport:
+    slo = None
+    if slo_body is not None and (slo_body.ttft_s is not None or slo_body.tpot_s is not None):
+        slo = Slo(slo_body.ttft_s, slo_body.tpot_s)
+    summary = summarize(result.records, slo)
+    by_path: dict[str, list[float]] = {}
+    for r in result.records:
+        if r.path is not None and r.ttft_s is not None:
+            by_path.setdefault(r.path, []).append(r.ttft_s)
+    tl = result.timeline
+    caps, egress = np.asarray(tl.link_capacity_gbps), np.asarray(tl.link_egress_gbps)
+    util = float(np.mean(egress[1:] / caps[1:])) if len(caps) > 1 else 0.0
+    d = config.deployment
+    return SimReport(
+        policy=config.policy,
+        deployment={
+            "n_prfaas": d.n_prfaas,
+            "n_p": d.n_p,
+            "n_d": d.n_d,
+            "threshold_tokens": d.threshold_tokens,
+        },
+        summary=summary,
+        reasons=dict(sorted(result.reasons.items())),
+        path_ttft_s={k: Distribution.of(v) for k, v in sorted(by_path.items())},
+        link_mean_utilisation=util,
+        link_peak_backlog_gb=max(tl.link_backlog_gb, default=0.0),
+        prefix_hit_fraction=result.hit_tokens / max(1, result.input_tokens),
+        actions=[_action_json(t, a) for t, a in result.actions],
+        timeline=tl,
+        num_events=result.num_events,
+    )

@@ -1,0 +1,275 @@
+"""The cluster simulator: arrivals -> the real scheduler -> modelled instances and link.
+
+    sim = Simulator(run_config, requests)
+    result = sim.run()          # every request ends completed or explicitly rejected
+
+One event loop drives everything. On an arrival the simulator builds the scheduler's
+`ClusterView` (roles, draining, link signals) and the request's prefix hits from the global
+KVCache index (fed by the prefill pools' events), and carries out the decision: an optional
+cross-cluster prefix move over the link, prefill on the chosen instance, the KV over the link
+(PrfaaS, fair-shared, pipelined with prefill) or over RDMA (PD-P, never the bottleneck, Eq. 4),
+then decode. Stage completions are reported back to the scheduler, whose ledger counts load
+from dispatch to done. A sampler records timelines; the slow loop runs every rebalance period.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prfaas.kvcache.cache import CacheConfig
+from prfaas.kvcache.ids import ClusterId, InstanceId
+from prfaas.kvcache.index import GlobalKVCacheIndex
+from prfaas.metrics.records import RequestRecord
+from prfaas.scheduler import (
+    FlipRole,
+    GlobalScheduler,
+    LinkView,
+    RebalanceAction,
+    RebalanceConfig,
+    RebalancePolicy,
+    Rejection,
+    RouteRequest,
+    SchedulerConfig,
+    ServePath,
+    make_policy,
+)
+from prfaas.sim.arrivals import SimRequest
+from prfaas.sim.cluster import SimInstance, build_instances, cluster_view, stage_stats
+from prfaas.sim.config import RunConfig
+from prfaas.sim.core import EventLoop, EventPriority
+from prfaas.sim.instances import DecodeSeq, PrefillJob
+from prfaas.sim.link import FairShareLink
+from prfaas.sim.timeline import Timeline, TimelineSampler
+
+GBPS = 1e9 / 8
+
+
+@dataclass(slots=True)
+class SimResult:
+    records: list[RequestRecord]
+    reasons: Counter[str]
+    timeline: Timeline
+    actions: list[tuple[float, RebalanceAction]]
+    num_events: int
+    end_s: float
+    hit_tokens: int = 0
+    input_tokens: int = 0
+    paths: dict[str, str] = field(default_factory=dict)
+
+
+class Simulator:
+    def __init__(self, config: RunConfig, requests: list[SimRequest]) -> None:
+        self.config = config
+        self.requests = requests
+        self.loop = EventLoop()
+        sim, hw = config.simulation, config.hardware
+        capacity = hw.link_gbps * GBPS
+        per_conn = config.link.per_connection_gbps
+        limit = float("inf") if per_conn is None else per_conn * GBPS * config.link.connections
+        self.link = FairShareLink(self.loop, capacity, config.link.rtt_s, limit)
+        self.reverse_link = FairShareLink(self.loop, capacity, config.link.rtt_s, limit)
+        sched_config = SchedulerConfig(
+            prfaas_profile=hw.prfaas.profile if config.deployment.n_prfaas else None,
+            pd_profile=hw.pd.profile,
+            threshold_tokens=config.deployment.threshold_tokens,
+        )
+        rebalancer = None
+        if sim.rebalance is not None and config.policy == "prfaas":  # the slow loop is PrfaaS's
+            rebalancer = RebalancePolicy(
+                RebalanceConfig(hw, sim.rebalance.period_s, sim.rebalance.min_samples)
+            )
+        self.scheduler = GlobalScheduler(
+            make_policy(config.policy, sched_config), sched_config, rebalancer
+        )
+        self.index: GlobalKVCacheIndex | None = None
+        cache_config = self._cache_config()
+        self.hash_scheme = cache_config.hash_scheme if cache_config is not None else None
+        self.instances = build_instances(self, config, cache_config)
+        self.by_id = {i.instance_id: i for i in self.instances}
+        if cache_config is not None:
+            self.index = GlobalKVCacheIndex(cache_config.identity)
+            for inst in self.instances:
+                if inst.prefill.pool is not None:
+                    self.index.register_instance(
+                        inst.instance_id, inst.cluster_id, cache_config.identity
+                    )
+        self.records: list[RequestRecord] = []
+        self.actions: list[tuple[float, RebalanceAction]] = []
+        self.sampler = TimelineSampler(self)
+        self.hit_tokens = 0
+
+    def _cache_config(self) -> CacheConfig | None:
+        sim = self.config.simulation
+        if sim.prefix_cache_gib <= 0 or not any(r.hash_ids for r in self.requests):
+            return None
+        model = self.config.hardware.pd.profile.model
+        return CacheConfig.for_model(
+            model,
+            block_tokens=self.config.block_tokens,
+            capacity_bytes=int(sim.prefix_cache_gib * 2**30),
+        )
+
+    # --- the run ---------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
+        """Run to the end; `progress` gets the fraction of arrivals passed, 100 times."""
+        for request in self.requests:
+            self.loop.schedule(request.arrival_s, EventPriority.ARRIVAL, self._arrive, request)
+        for at_s, gbps in self.config.capacity_steps_gbps:
+            self.loop.schedule(at_s, EventPriority.CAPACITY, self._set_capacity, gbps * GBPS)
+        sim = self.config.simulation
+        self.loop.schedule(0.0, EventPriority.CONTROL, self._sample, sim.sample_period_s)
+        if self.scheduler.rebalancer is not None and sim.rebalance is not None:
+            period = sim.rebalance.period_s
+            self.loop.schedule(period, EventPriority.CONTROL, self._rebalance, period)
+        horizon_s = max((r.arrival_s for r in self.requests), default=0.0)
+        if progress is not None and horizon_s > 0:
+            for k in range(1, 101):
+                self.loop.run(until_s=horizon_s * k / 100)
+                progress(k / 100)
+        self.loop.run()
+        return SimResult(
+            records=self.records,
+            reasons=self.scheduler.reasons,
+            timeline=self.sampler.timeline,
+            actions=self.actions,
+            num_events=self.loop.num_events,
+            end_s=self.loop.now_s,
+            hit_tokens=self.hit_tokens,
+            input_tokens=sum(r.input_tokens for r in self.requests),
+        )
+
+    @property
+    def is_done(self) -> bool:
+        return len(self.records) == len(self.requests)
+
+    def link_view(self) -> LinkView:
+        link = self.link
+        return LinkView(
+            link.capacity_bytes_per_s, link.egress_bytes_per_s, link.bytes_waiting, link.rtt_s
+        )
+
+    def _set_capacity(self, bytes_per_s: float) -> None:
+        self.link.set_capacity(bytes_per_s)
+        self.reverse_link.set_capacity(bytes_per_s)
+
+    def _sample(self, period_s: float) -> None:
+        self.sampler.sample()
+        if not self.is_done:
+            self.loop.schedule(
+                self.loop.now_s + period_s, EventPriority.CONTROL, self._sample, period_s
+            )
+
+    def _rebalance(self, period_s: float) -> None:
+        view = cluster_view(self)
+        stats = stage_stats(self, period_s)
+        for action in self.scheduler.rebalance(view, stats):
+            self.actions.append((self.loop.now_s, action))
+            if isinstance(action, FlipRole):
+                self.by_id[action.instance_id].begin_flip(action.to_role)
+        if not self.is_done:
+            self.loop.schedule(
+                self.loop.now_s + period_s, EventPriority.CONTROL, self._rebalance, period_s
+            )
+
+    # --- one request -----------------------------------------------------------------------
+
+    def _hits(self, request: SimRequest) -> dict[InstanceId, int]:
+        if self.index is None or not request.hash_ids:
+            return {}
+        block = self.config.block_tokens
+        assert self.hash_scheme is not None
+        match = self.index.match(self.hash_scheme.hash_external(request.hash_ids))
+        return {i: min(n * block, request.input_tokens) for i, n in match.per_instance.items() if n}
+
+    def _arrive(self, request: SimRequest) -> None:
+        route = RouteRequest(
+            request.request_id, request.input_tokens, request.output_tokens, self._hits(request)
+        )
+        decision = self.scheduler.route(route, cluster_view(self))
+        if isinstance(decision, Rejection):
+            self._finish(
+                RequestRecord(
+                    request.request_id,
+                    request.arrival_s,
+                    request.input_tokens,
+                    error=str(decision.reason),
+                )
+            )
+            return
+        job = PrefillJob(request, decision)
+        move = decision.cache_move
+        if move is None:
+            self.by_id[decision.prefill_instance_id].prefill.enqueue(job)
+            return
+        toward_pd = move.target_cluster_id == ClusterId("pd")
+        link = self.link if toward_pd else self.reverse_link
+        num_bytes = self.config.hardware.pd.profile.cache_bytes(move.tokens)
+        link.send(num_bytes, float("inf"), self._moved, job)
+
+    def _moved(self, job: PrefillJob) -> None:
+        self.by_id[job.decision.prefill_instance_id].prefill.enqueue(job)
+
+    def prefill_started(self, job: PrefillJob, estimate_s: float) -> None:
+        if job.decision.path is ServePath.PRFAAS:
+            num_bytes = self.config.hardware.prfaas.profile.cache_bytes(job.request.input_tokens)
+            job.flow = self.link.send(num_bytes, num_bytes / estimate_s, self._kv_delivered, job)
+
+    def prefill_finished(self, job: PrefillJob) -> None:
+        self.scheduler.prefill_done(job.request.request_id)
+        self.hit_tokens += job.hit_tokens
+        inst = self.by_id[job.decision.prefill_instance_id]
+        self._publish(inst)
+        if job.flow is not None:
+            self.link.lift_cap(job.flow)
+        else:
+            num_bytes = self.config.hardware.pd.profile.cache_bytes(job.request.input_tokens)
+            lag_s = max(
+                0.0,
+                num_bytes / (self.config.simulation.rdma_gbps * GBPS)
+                - (self.loop.now_s - job.start_s),
+            )
+            self.loop.schedule(
+                self.loop.now_s + lag_s, EventPriority.COMPLETION, self._kv_delivered, job
+            )
+        inst.settle_flip()
+
+    def _kv_delivered(self, job: PrefillJob) -> None:
+        inst = self.by_id[job.decision.prefill_instance_id]
+        if job.transfer_id is not None and inst.prefill.pool is not None:
+            inst.prefill.pool.complete_transfer(job.transfer_id)
+            self._publish(inst)
+        request = job.request
+        kv = self.config.hardware.pd.profile.cache_bytes(
+            request.input_tokens + request.output_tokens
+        )
+        seq = DecodeSeq(request, job, self.loop.now_s, kv, request.output_tokens - 1)
+        self.by_id[job.decision.decode_instance_id].decode.arrive(seq)
+
+    def decode_finished(self, seq: DecodeSeq) -> None:
+        request = seq.request
+        self.scheduler.decode_done(request.request_id)
+        times = [seq.first_token_s]
+        for start_s, step_s, count in seq.segments:
+            times.extend(start_s + step_s * k for k in range(1, count + 1))
+        path = seq.job.decision.path
+        self._finish(
+            RequestRecord(
+                request.request_id,
+                request.arrival_s,
+                request.input_tokens,
+                tuple(times),
+                path=str(path),
+                cached_tokens=seq.job.hit_tokens,
+            )
+        )
+        self.by_id[seq.job.decision.decode_instance_id].settle_flip()
+
+    def _finish(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+    def _publish(self, inst: SimInstance) -> None:
+        if self.index is not None and inst.prefill.pool is not None:
+            self.index.apply(inst.prefill.pool.take_events())
