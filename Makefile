@@ -29,6 +29,7 @@ test: lint
 demo: setup
 	$(BIN)/prfaas kv-throughput
 	$(BIN)/prfaas plan --scenario paper-case-study --plot-dir out/demo
+	$(BIN)/prfaas simulate --scenario paper-case-study --compare prfaas,homogeneous,naive,dynamo
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
