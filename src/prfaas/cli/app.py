@@ -8,7 +8,7 @@ import sys
 import typer
 
 from prfaas import __version__
-from prfaas.cli import kv_throughput, plan, simulate
+from prfaas.cli import generate, kv_throughput, plan, simulate
 from prfaas.specs.errors import SpecError
 
 app = typer.Typer(
@@ -37,6 +37,7 @@ def _root(
 
 app.command("kv-throughput")(kv_throughput.command)
 app.command("plan")(plan.command)
+app.command("generate")(generate.command)
 app.command("simulate")(simulate.command)
 
 

@@ -111,7 +111,7 @@ class CacheCoordinator:
         num_tail = -(-request.num_tokens // self._block_tokens) - num_cacheable
         num_new = num_cacheable - match.attention_blocks if self._attention else 0
         boundaries: tuple[int, ...] = ()
-        if self._state:
+        if self._state and request.takes_snapshots:
             boundaries = self._policy.boundaries(
                 hit_blocks=match.hit_blocks,
                 num_blocks=num_cacheable,

@@ -49,12 +49,16 @@ class CacheRequest:
     `block_hashes` may stop short of the prompt: blocks beyond them are private tail blocks.
     `max_hit_blocks` caps the reusable prefix; an engine that needs the last token's logits
     sets it to (num_tokens - 1) // block_tokens, since a state cannot be rewound by one token.
+    `takes_snapshots=False` allocates no snapshot blocks: a decode instance that imports a
+    request's final state (and never sees the states at earlier boundaries) must not publish
+    snapshots it cannot fill. Its new attention blocks are still cached.
     """
 
     request_id: RequestId
     block_hashes: tuple[BlockHash, ...]
     num_tokens: int
     max_hit_blocks: int | None = None
+    takes_snapshots: bool = True
 
     def __post_init__(self) -> None:
         if self.num_tokens < 1:

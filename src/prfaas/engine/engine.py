@@ -1,0 +1,369 @@
+"""`Engine`: one instance running a model over the pool, with continuous batching.
+
+Lifecycle of a request:
+
+    submit ──► waiting ──(pool has room, batch has a seat)──► prefill ──► running ──► finished
+               (FIFO)     admission control: OutOfPages       (or import  (one decode   (pages
+                          leaves it waiting, nothing crashes)  of an       step per     released)
+                                                               export)     `step()`)
+
+Each `step()` admits what fits, then runs one decode step for every running request in one
+forward pass (`batching`); requests join and leave between steps. A request reserves its
+decode room (prompt + max_tokens) at admission, so a running request never runs out of pages.
+
+For disaggregation, `export_prefill` runs a prefill only and returns its layer-wise export;
+`import_prefill` on another engine turns it into a running request there. Ask the receiver
+what it has first (`cached_prefix_tokens`): only the rest of the attention KV travels.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from prfaas.engine.batching import DecodeBatch
+from prfaas.engine.cache_layout import derive_cache_layout
+from prfaas.engine.config import EngineConfig
+from prfaas.engine.errors import BadRequestError
+from prfaas.engine.export import ExportedPrefill, ExportRecord
+from prfaas.engine.models import LoadedModel
+from prfaas.engine.paged_cache import PagedCache
+from prfaas.engine.prefill import import_export, run_prefill
+from prfaas.engine.sampling import FinishReason, Sampler, SamplingParams
+from prfaas.kvcache import Allocation, OutOfPages, RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token, streamed as soon as it is sampled."""
+
+    request_id: str
+    index: int
+    token_id: int
+
+
+TokenCallback = Callable[[TokenEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    request_id: str
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillOutcome:
+    """A prefill that stays on this engine; `last_logits` are the prompt's last token's."""
+
+    request_id: str
+    first_token: int
+    hit_tokens: int
+    last_logits: torch.Tensor
+
+
+@dataclass(slots=True)
+class _Pending:
+    request_id: str
+    prompt: tuple[int, ...]
+    params: SamplingParams
+    on_token: TokenCallback | None
+    exported: ExportedPrefill | None = None
+
+
+@dataclass(slots=True)
+class _Running:
+    pending: _Pending
+    allocation: Allocation
+    sampler: Sampler
+    cache: Any
+    hit_tokens: int
+    last_logits: torch.Tensor | None = None
+    generated: list[int] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def length(self) -> int:
+        """Tokens in the cache: the prompt and every generated token but the newest."""
+        return len(self.pending.prompt) + len(self.generated) - 1
+
+
+class Engine:
+    def __init__(self, model: LoadedModel, config: EngineConfig | None = None) -> None:
+        self.model = model
+        self.config = config or EngineConfig()
+        layout = derive_cache_layout(model.model, model.name, self.config.block_tokens)
+        self.paged = PagedCache(layout, self.config, model.hf_config)
+        self._waiting: deque[_Pending] = deque()
+        self._running: list[_Running] = []
+        self._batch: DecodeBatch | None = None
+        self._batch_ids: list[str] = []
+
+    # --- requests in -------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            raise BadRequestError("the prompt is empty")
+        return self.model.tokenizer.encode_prompt(text, chat=self.model.is_chat)
+
+    def submit(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+    ) -> None:
+        """Queue a request; it waits until the pool and the batch have room."""
+        self._waiting.append(self._pending(request_id, prompt, params, on_token))
+
+    def submit_import(
+        self,
+        exported: ExportedPrefill,
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+    ) -> None:
+        """Queue a request prefilled elsewhere; it decodes here once admitted."""
+        pending = self._pending(exported.request_id, exported.prompt_tokens, params, on_token)
+        pending.exported = exported
+        self._waiting.append(pending)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def step(self) -> list[Completion]:
+        """Admit what fits, then one decode step for the whole batch; returns what finished."""
+        finished: list[Completion] = []
+        while self._waiting and len(self._running) < self.config.max_batch_size:
+            running = self._admit(self._waiting[0])
+            if running is None:
+                break  # out of pages: wait for running requests to finish
+            self._waiting.popleft()
+            done = self._emit(running, running.generated[-1])
+            if done is not None:
+                finished.append(done)
+            else:
+                self._running.append(running)
+        if self._running:
+            finished += self._decode_step()
+        return finished
+
+    def run(self) -> list[Completion]:
+        finished: list[Completion] = []
+        while self.has_work:
+            before = (len(self._waiting), len(self._running))
+            finished += self.step()
+            if not self._running and (len(self._waiting), 0) == before:
+                raise BadRequestError("a waiting request can never fit this pool")
+        return finished
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Completion]:
+        """Run `prompts` to completion with continuous batching; results in prompt order."""
+        for i, prompt in enumerate(prompts):
+            self.submit(f"gen-{i}", prompt, params)
+        order = {f"gen-{i}": i for i in range(len(prompts))}
+        return sorted(self.run(), key=lambda c: order[c.request_id])
+
+    # --- prefill, export, import ---------------------------------------------------------
+
+    def prefill(
+        self, request_id: str, prompt: Sequence[int], params: SamplingParams
+    ) -> PrefillOutcome | None:
+        """Prefill one request now and keep it running here (None: no room in the pool)."""
+        pending = self._pending(request_id, prompt, params, None)
+        running = self._admit(pending)
+        if running is None:
+            return None
+        self._running.append(running)
+        assert running.last_logits is not None
+        return PrefillOutcome(
+            request_id, running.generated[0], running.hit_tokens, running.last_logits
+        )
+
+    def cached_prefix_tokens(self, prompt: Sequence[int]) -> int:
+        """Attention KV this engine already holds for `prompt` (what an export may skip)."""
+        request = self.paged.request("probe", prompt, 0, imported=True)
+        return self.paged.pool.match(request).attention_blocks * self.paged.block_tokens
+
+    def export_prefill(
+        self, request_id: str, prompt: Sequence[int], params: SamplingParams, from_token: int = 0
+    ) -> ExportedPrefill | None:
+        """Prefill only (a PrfaaS or PD-P instance): the layer-wise export of tokens from
+        `from_token` (block aligned) and the final states; the pool keeps the prefix cache."""
+        pending = self._pending(request_id, prompt, params, None)
+        records: list[ExportRecord] = []
+        running = self._admit(pending, records.append, from_token)
+        if running is None:
+            return None
+        self.paged.pool.release(RequestId(request_id))
+        return ExportedPrefill(request_id, pending.prompt, running.generated[0], tuple(records))
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _pending(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None,
+    ) -> _Pending:
+        if not prompt:
+            raise BadRequestError("the prompt is empty")
+        total = len(prompt) + params.max_tokens
+        if total > self.model.max_context_tokens:
+            raise BadRequestError(
+                f"prompt of {len(prompt)} tokens + max_tokens {params.max_tokens} exceeds the "
+                f"model's context of {self.model.max_context_tokens} tokens"
+            )
+        plan = self.paged.pool.plan(
+            self.paged.request(request_id, prompt, params.max_tokens, imported=False)
+        )
+        if plan.num_pages > self.paged.config.num_pages:
+            raise BadRequestError(
+                f"request needs {plan.num_pages} pages, the pool has {self.paged.config.num_pages}"
+            )
+        return _Pending(request_id, tuple(prompt), params, on_token)
+
+    def _admit(
+        self,
+        pending: _Pending,
+        on_layer: Callable[[ExportRecord], None] | None = None,
+        from_token: int = 0,
+    ) -> _Running | None:
+        imported = pending.exported is not None
+        request = self.paged.request(
+            pending.request_id, pending.prompt, pending.params.max_tokens, imported=imported
+        )
+        allocation = self.paged.allocate(request)
+        if isinstance(allocation, OutOfPages):
+            return None
+        sampler = Sampler(pending.params)
+        if pending.exported is not None:
+            cache = import_export(self.paged, allocation, pending.exported)
+            running = _Running(pending, allocation, sampler, cache, 0)
+            running.generated.append(pending.exported.first_token)
+            return running
+        run = run_prefill(
+            self.model.model,
+            self.paged,
+            allocation,
+            pending.prompt,
+            chunk_tokens=self.config.chunk_tokens,
+            on_layer=on_layer,
+            export_from_token=from_token,
+        )
+        running = _Running(pending, allocation, sampler, run.cache, run.hit_tokens, run.last_logits)
+        running.generated.append(sampler.sample(run.last_logits))
+        return running
+
+    def _emit(self, running: _Running, token: int) -> Completion | None:
+        """Stream the newest token and decide whether the request is done."""
+        pending = running.pending
+        index = len(running.generated) - 1
+        if pending.on_token is not None:
+            pending.on_token(TokenEvent(pending.request_id, index, token))
+        tokenizer = self.model.tokenizer
+        reason: FinishReason | None = None
+        if not pending.params.ignore_eos and token in tokenizer.eos_token_ids:
+            reason = FinishReason.EOS
+        running.text = tokenizer.decode(running.generated)
+        for stop in pending.params.stop:
+            cut = running.text.find(stop)
+            if cut >= 0:
+                running.text, reason = running.text[:cut], FinishReason.STOP
+        if reason is None and len(running.generated) >= pending.params.max_tokens:
+            reason = FinishReason.LENGTH
+        if reason is None:
+            return None
+        self.paged.pool.release(RequestId(pending.request_id))
+        return Completion(
+            pending.request_id,
+            len(pending.prompt),
+            running.hit_tokens,
+            tuple(running.generated),
+            running.text,
+            reason,
+        )
+
+    def _decode_step(self) -> list[Completion]:
+        batch = self._current_batch()
+        mask, positions = batch.inputs()
+        ids = torch.tensor([[r.generated[-1]] for r in self._running], dtype=torch.long)
+        with torch.no_grad():
+            out = self.model.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=batch.cache,
+                use_cache=True,
+            )
+        batch.advance()
+        block = self.paged.block_tokens
+        finished: list[Completion] = []
+        still: list[_Running] = []
+        for row, running in enumerate(self._running):
+            length = batch.lengths[row]
+            if length % block == 0:  # the token just fed completed a block
+                self.paged.write_attention(
+                    batch.cache,
+                    running.allocation,
+                    length - block,
+                    length,
+                    row=row,
+                    seq_offset=batch.padding(row),
+                )
+            running.generated.append(running.sampler.sample(out.logits[row, -1]))
+            done = self._emit(running, running.generated[-1])
+            if done is None:
+                still.append(running)
+            else:
+                finished.append(done)
+        if finished:
+            self._dissolve(batch, still)
+        self._running = still
+        return finished
+
+    def _current_batch(self) -> DecodeBatch:
+        """The stacked cache of the running requests, rebuilt only when membership changed."""
+        ids = [r.pending.request_id for r in self._running]
+        if self._batch is not None and ids == self._batch_ids:
+            return self._batch
+        if self._batch is not None:
+            self._dissolve(self._batch, self._running)
+        caches = [r.cache for r in self._running]
+        lengths = [r.length for r in self._running]
+        self._batch = DecodeBatch.stack(caches, lengths, self.paged.layout, self.model.hf_config)
+        self._batch_ids = ids
+        return self._batch
+
+    def _dissolve(self, batch: DecodeBatch, keep: Sequence[_Running]) -> None:
+        """Give every member still running its own cache back; the batch is rebuilt later."""
+        wanted = {r.pending.request_id for r in keep}
+        for running, cache in zip(self._members(), batch.split(self.model.hf_config), strict=True):
+            if running.pending.request_id in wanted:
+                running.cache = cache
+        self._batch = None
+        self._batch_ids = []
+
+    def _members(self) -> list[_Running]:
+        by_id = {r.pending.request_id: r for r in self._running}
+        return [by_id[i] for i in self._batch_ids]

@@ -1,0 +1,188 @@
+"""Layer-wise cache export and its wire-ready byte form (paper section 3, layer pipelining).
+
+During the last prefill chunk, a forward hook on each decoder layer fires as soon as that layer
+is done with the whole prompt and hands its pieces to a callback as `ExportRecord`s: plain
+bytes plus (layer, group, token range, dtype, shape). Only what the receiver lacks travels
+(pain point 3): attention KV of tokens [from_block * B, n) and the final state at n.
+
+    attention layer (GQA / MLA latent)  tokens [s, n), shape (n - s, Hk*Dk + Hv*Dv):
+                                        per token its keys then its values, C order
+    linear-attention layer              state at n (s = n), shape (conv + recurrent elems,):
+                                        conv (C, kernel - 1) then recurrent (H, Dk, Dv)
+    sliding-window layer                state at n (s = n), shape (min(n, W - 1), 2*H*D)
+
+Each record maps one to one onto `prfaas.transfer.keys.SliceMeta`: key = SliceKey(layer,
+group, token_start, token_end), dtype = `dtype`, shape = `shape`, nbytes = len(data). The
+engine does not import `transfer` (DESIGN walls); `ExportedPrefill.to_bytes` is a standalone
+framing for tests and the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prfaas.engine.cache_layout import CacheLayout, GroupCodec, LayerKind
+from prfaas.engine.errors import CacheImportError
+
+_HEADER = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class ExportRecord:
+    layer_index: int
+    group_index: int
+    token_start: int
+    token_end: int
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+ExportCallback = Callable[[ExportRecord], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedPrefill:
+    """What a prefill instance hands to a decode instance for one request."""
+
+    request_id: str
+    prompt_tokens: tuple[int, ...]
+    first_token: int
+    records: tuple[ExportRecord, ...]
+
+    def to_bytes(self) -> bytes:
+        """A JSON header (length-prefixed) followed by every record's bytes in order."""
+        header = {
+            "request_id": self.request_id,
+            "prompt_tokens": list(self.prompt_tokens),
+            "first_token": self.first_token,
+            "records": [
+                [r.layer_index, r.group_index, r.token_start, r.token_end, r.dtype, list(r.shape)]
+                for r in self.records
+            ],
+        }
+        raw = json.dumps(header).encode()
+        return _HEADER.pack(len(raw)) + raw + b"".join(r.data for r in self.records)
+
+    @classmethod
+    def from_bytes(cls, payload: bytes) -> ExportedPrefill:
+        (size,) = _HEADER.unpack_from(payload)
+        header = json.loads(payload[_HEADER.size : _HEADER.size + size])
+        cursor = _HEADER.size + size
+        records = []
+        for layer, group, start, end, dtype, shape in header["records"]:
+            nbytes = _numel(shape) * getattr(torch, dtype).itemsize
+            data = payload[cursor : cursor + nbytes]
+            records.append(ExportRecord(layer, group, start, end, dtype, tuple(shape), data))
+            cursor += nbytes
+        if cursor != len(payload):
+            raise CacheImportError(f"{len(payload) - cursor} trailing bytes in an export")
+        return cls(
+            header["request_id"],
+            tuple(header["prompt_tokens"]),
+            header["first_token"],
+            tuple(records),
+        )
+
+
+def _numel(shape: list[int] | tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def layer_records(
+    cache: Any, layout: CacheLayout, layer_index: int, token_start: int, num_tokens: int
+) -> list[ExportRecord]:
+    """One layer's export: attention KV of [token_start, num_tokens), or its final state."""
+    codec = layout.group_of_layer(layer_index)
+    layer = cache.layers[layer_index]
+    if codec.kind is LayerKind.LINEAR:
+        conv = layer.conv_states[0][0, :, 1:].reshape(-1)
+        flat = torch.cat([conv, layer.recurrent_states[0][0].reshape(-1)])
+        start = num_tokens
+    else:
+        keys, values = layer.keys[0], layer.values[0]  # (H, T, D)
+        if codec.kind is LayerKind.SLIDING:
+            keys, values = (
+                keys[:, -(codec.window_tokens - 1) :],
+                values[:, -(codec.window_tokens - 1) :],
+            )
+            start = num_tokens
+        else:
+            keys, values = keys[:, token_start:num_tokens], values[:, token_start:num_tokens]
+            start = token_start
+        flat = torch.cat([_token_major(keys), _token_major(values)], dim=1)
+    data = flat.contiguous().view(torch.uint8).numpy().tobytes()
+    shape = tuple(int(d) for d in flat.shape)
+    return [
+        ExportRecord(
+            layer_index, codec.group.index, start, num_tokens, _dtype_name(flat.dtype), shape, data
+        )
+    ]
+
+
+def _token_major(tensor: torch.Tensor) -> torch.Tensor:
+    heads, tokens, dim = tensor.shape
+    return tensor.permute(1, 0, 2).reshape(tokens, heads * dim)
+
+
+def record_tensors(record: ExportRecord, codec: GroupCodec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Back to the cache object's form (batch 1): (keys, values) or (conv, recurrent)."""
+    slot = next((s for s in codec.slots if s.layer_index == record.layer_index), None)
+    if slot is None:
+        raise CacheImportError(f"layer {record.layer_index} is not in group {codec.group.name}")
+    dtype = getattr(torch, record.dtype)
+    flat = torch.frombuffer(bytearray(record.data), dtype=dtype).reshape(record.shape)
+    first, second = slot.parts
+    if codec.kind is LayerKind.LINEAR:
+        conv = flat[: _numel(first.shape)].reshape(first.shape)
+        recurrent = flat[_numel(first.shape) :].reshape(second.shape)
+        return torch.nn.functional.pad(conv, (1, 0)).unsqueeze(0), recurrent.unsqueeze(0)
+    tokens = flat.shape[0]
+    split = first.shape[0] * first.shape[2]
+    keys = flat[:, :split].reshape(tokens, first.shape[0], first.shape[2]).permute(1, 0, 2)
+    values = flat[:, split:].reshape(tokens, second.shape[0], second.shape[2]).permute(1, 0, 2)
+    return keys.unsqueeze(0).contiguous(), values.unsqueeze(0).contiguous()
+
+
+class LayerExportHooks:
+    """Forward hooks that export each decoder layer as soon as it has run the last chunk."""
+
+    def __init__(
+        self,
+        model: Any,
+        layout: CacheLayout,
+        cache: Any,
+        *,
+        token_start: int,
+        num_tokens: int,
+        callback: ExportCallback,
+    ) -> None:
+        self._handles = []
+        for index, module in enumerate(model.model.layers):
+
+            def hook(*_: Any, index: int = index) -> None:
+                for record in layer_records(cache, layout, index, token_start, num_tokens):
+                    callback(record)
+
+            self._handles.append(module.register_forward_hook(hook))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()

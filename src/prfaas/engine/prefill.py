@@ -1,0 +1,150 @@
+"""Prefill over the uncached suffix, chunked, and the decode side's import of an export.
+
+Chunks end at multiples of `chunk_tokens` from the hit and at every snapshot boundary the
+pool's policy chose, because a state can only be copied where the prefill stands:
+
+    prompt of 70 tokens, B = 16, hit = 1 block, chunk = 32, snapshot at boundary 4 (64)
+    [0 ── hit ── 16) restored │ 16 ──────── 48 │ 48 ── 64 │ 64 ── 70 │
+                                 chunk 1          chunk 2    last chunk: export hooks fire
+
+After each chunk the full blocks it completed go to the pool; after the last, the partial tail
+and the live states, then the pool commits (full blocks and snapshots become prefix cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prfaas.engine.cache_io import install_attention, install_state, new_cache
+from prfaas.engine.cache_layout import LayerKind
+from prfaas.engine.errors import CacheImportError
+from prfaas.engine.export import ExportCallback, ExportedPrefill, LayerExportHooks, record_tensors
+from prfaas.engine.paged_cache import PagedCache
+from prfaas.kvcache import Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillRun:
+    """A finished prefill: the request's cache object and its last-token logits."""
+
+    cache: Any
+    last_logits: torch.Tensor
+    hit_tokens: int
+
+
+def chunk_ends(
+    start: int, num_tokens: int, chunk_tokens: int, boundaries: Sequence[int]
+) -> list[int]:
+    """Where each chunk ends: every `chunk_tokens` from `start`, and at each boundary."""
+    ends = set(range(start + chunk_tokens, num_tokens, chunk_tokens))
+    ends.update(b for b in boundaries if start < b < num_tokens)
+    ends.add(num_tokens)
+    return sorted(ends)
+
+
+def forward(model: Any, tokens: Sequence[int], start: int, cache: Any) -> torch.Tensor:
+    """One batch-1 forward of `tokens` at positions start.. ; returns the last logits."""
+    ids = torch.tensor([list(tokens)], dtype=torch.long)
+    positions = torch.arange(start, start + len(tokens), dtype=torch.long).unsqueeze(0)
+    with torch.no_grad():
+        out = model(
+            input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
+    logits: torch.Tensor = out.logits[0, -1]
+    return logits
+
+
+def run_prefill(
+    model: Any,
+    paged: PagedCache,
+    allocation: Allocation,
+    prompt: Sequence[int],
+    *,
+    chunk_tokens: int,
+    on_layer: ExportCallback | None = None,
+    export_from_token: int = 0,
+) -> PrefillRun:
+    """Restore the hit, run the rest of the prompt in chunks, keep the pool in step."""
+    block = paged.block_tokens
+    cache = paged.restore(allocation)
+    hit = allocation.match.hit_tokens
+    boundaries = [b * block for b, _ in allocation.state[0].snapshots] if allocation.state else []
+    n = len(prompt)
+    position = hit
+    logits = torch.empty(0)
+    for end in chunk_ends(hit, n, chunk_tokens, boundaries):
+        hooks = None
+        if end == n and on_layer is not None:
+            hooks = LayerExportHooks(
+                model,
+                paged.layout,
+                cache,
+                token_start=export_from_token,
+                num_tokens=n,
+                callback=on_layer,
+            )
+        try:
+            logits = forward(model, prompt[position:end], position, cache)
+        finally:
+            if hooks is not None:
+                hooks.remove()
+        written_end = end if end == n else end // block * block
+        paged.write_attention(cache, allocation, position // block * block, written_end)
+        snapshot = paged.snapshot_blocks(allocation, end // block) if end % block == 0 else None
+        if snapshot is not None:
+            paged.write_states(cache, snapshot)
+        position = end
+    paged.write_states(cache, paged.live_blocks(allocation))
+    paged.pool.commit(allocation.request_id)
+    return PrefillRun(cache, logits, hit)
+
+
+def import_export(paged: PagedCache, allocation: Allocation, exported: ExportedPrefill) -> Any:
+    """Build the request's cache object from the receiver's own attention prefix plus the
+    exported tail and final states, write it into the receiver's pool, and commit."""
+    layout = paged.layout
+    n = len(exported.prompt_tokens)
+    have = allocation.match.attention_blocks * paged.block_tokens
+    by_layer = {r.layer_index: r for r in exported.records}
+    cache = new_cache(paged.model_config)
+    if have:
+        paged.restore_attention(cache, allocation, allocation.match.attention_blocks)
+    for codec in layout.groups:
+        tensors = []
+        for slot in codec.slots:
+            record = by_layer.get(slot.layer_index)
+            if record is None or record.token_end != n:
+                raise CacheImportError(f"no export of layer {slot.layer_index} up to {n} tokens")
+            first, second = record_tensors(record, codec)
+            if codec.kind is LayerKind.FULL:
+                first, second = _join(
+                    cache, slot.layer_index, (first, second), record.token_start, have
+                )
+            tensors.append((first, second))
+        if codec.kind is LayerKind.FULL:
+            install_attention(cache, codec, tensors)
+        else:
+            install_state(cache, codec, tensors, n)
+    paged.write_attention(cache, allocation, have // paged.block_tokens * paged.block_tokens, n)
+    paged.write_states(cache, paged.live_blocks(allocation))
+    paged.pool.commit(allocation.request_id)
+    return cache
+
+
+def _join(
+    cache: Any, layer_index: int, pair: tuple[torch.Tensor, torch.Tensor], start: int, have: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The receiver's cached tokens [0, have) followed by the export's tokens from `have`."""
+    if start > have:
+        raise CacheImportError(
+            f"layer {layer_index}: export starts at {start}, receiver has {have}"
+        )
+    keys, values = pair[0][:, :, have - start :], pair[1][:, :, have - start :]
+    if have == 0:
+        return keys, values
+    layer = cache.layers[layer_index]
+    return torch.cat([layer.keys, keys], dim=2), torch.cat([layer.values, values], dim=2)
