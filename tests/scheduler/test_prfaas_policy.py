@@ -99,6 +99,17 @@ def test_link_congestion_keeps_long_request_local() -> None:
     assert (d.path, d.reason) == (ServePath.PD_P, Reason.LINK_CONGESTED)
 
 
+def test_link_congestion_holds_at_prfaas_when_pd_p_is_further_behind() -> None:
+    # Same congested link (KV across in ~12 s), but both PD-P instances hold 20 s of work:
+    # diverting would only overload PD-P, so the request stays on the PrfaaS path.
+    s = scheduler()
+    for name in ("p0", "p1"):
+        s.ledger.dispatch(RequestId(f"q{name}"), InstanceId(name), 20.0, InstanceId("d0"), 0.0)
+    link = LinkView(10e6, egress_bytes_per_s=1e6, bytes_waiting=100e6)
+    d = route(s, req("r", 20_000), make_view(link))
+    assert (d.path, d.reason) == (ServePath.PRFAAS, Reason.LINK_CONGESTED_PD_P_BUSIER)
+
+
 def test_prfaas_queue_surge_reroutes_when_pd_p_is_sooner() -> None:
     s = scheduler(prfaas_surge_s=1.0)
     for name in ("f0", "f1"):  # 6 s of PrfaaS work queued on each instance

@@ -92,3 +92,26 @@ def test_halved_lengths_lower_the_threshold(config: RebalanceConfig) -> None:
     _, t_full = policy.target(case_study_view(3, 5), stats(), window(LOGNORMAL))
     _, t_half = policy.target(case_study_view(3, 5), stats(), window([x // 2 for x in LOGNORMAL]))
     assert t_half < t_full
+
+
+def test_small_windows_accumulate_until_min_samples() -> None:
+    from scheduler_fixtures import make_config, req
+
+    from prfaas.scheduler import GlobalScheduler, PrfaasPolicy
+
+    hw = load_scenario("paper-case-study").hardware
+    sched_config = make_config(threshold_tokens=20_000)
+    scheduler = GlobalScheduler(
+        PrfaasPolicy(sched_config),
+        sched_config,
+        RebalancePolicy(RebalanceConfig(hw, min_samples=8)),
+    )
+    view = case_study_view(n_p=3, n_d=5)
+    for period in range(2):  # two periods of 4 requests each: too few alone, enough together
+        for k in range(4):
+            scheduler.route(req(f"r{period}{k}", LOGNORMAL[4 * period + k]), view)
+        actions = scheduler.rebalance(view, stats())
+        if period == 0:
+            assert actions == []
+    assert any(isinstance(a, SetThreshold) for a in actions)
+    assert scheduler.rebalance(view, stats()) == []  # the window was consumed

@@ -71,6 +71,9 @@ def test_link_drop_backlog_fixed_grows_prfaas_stays_bounded(tmp_path: Path) -> N
     )
     body, base = read_scenario_file(str(path))
     prfaas, fixed = simulate_body(body, base, "x", ["prfaas", "fixed"])
-    assert prfaas.report.link_peak_backlog_gb < 0.6 * fixed.report.link_peak_backlog_gb
+    # The gate diverts only while PD-P would finish sooner and holds the rest at PrfaaS, so
+    # the backlog is bounded by the PD-P queue, not driven to zero (5.2 vs 8.4 GB here).
+    assert prfaas.report.link_peak_backlog_gb < 0.7 * fixed.report.link_peak_backlog_gb
     assert prfaas.report.reasons.get("pd-p:link-congested", 0) > 0
+    assert prfaas.report.reasons.get("prfaas:link-congested-pd-p-busier", 0) > 0
     assert (prfaas.report.summary.ttft_s.p90 or 0) < (fixed.report.summary.ttft_s.p90 or 0)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from prfaas.planner.scenario import read_scenario_file
+from prfaas.planner.scenario import RebalanceFile, SimulationFile, read_scenario_file
 from prfaas.sim.api import SimRun, simulate_body, with_trace
 from prfaas.specs.errors import SpecError
 
@@ -108,6 +108,10 @@ PlotDirOption = Annotated[
 TimeScaleOption = Annotated[
     float | None, typer.Option("--time-scale", help="Multiply trace inter-arrival gaps.")
 ]
+RebalanceOption = Annotated[
+    float | None,
+    typer.Option("--rebalance-period", help="Run the slow loop every S seconds (prfaas policy)."),
+]
 
 
 def command(
@@ -117,6 +121,7 @@ def command(
     compare: CompareOption = None,
     trace: TraceOption = None,
     time_scale: TimeScaleOption = None,
+    rebalance_period: RebalanceOption = None,
     as_json: JsonOption = False,
     plot_dir: PlotDirOption = None,
 ) -> None:
@@ -132,6 +137,14 @@ def command(
             raise SpecError("--time-scale applies to a trace workload: give --trace too")
         body = body.model_copy(
             update={"arrivals": body.arrivals.model_copy(update={"time_scale": time_scale})}
+        )
+    if rebalance_period is not None:
+        sim = body.simulation or SimulationFile()
+        rebalance = (sim.rebalance or RebalanceFile()).model_copy(
+            update={"period_s": rebalance_period}
+        )
+        body = body.model_copy(
+            update={"simulation": sim.model_copy(update={"rebalance": rebalance})}
         )
     policies: list[str | None] = (
         [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]

@@ -48,7 +48,7 @@ class SchedulerConfig:
     threshold_tokens: int
     bandwidth: BandwidthConfig = BandwidthConfig()
     load_slack: float = 0.25
-    prfaas_surge_s: float = 30.0
+    prfaas_surge_s: float = 10.0
     dynamo_busy_s: float = 10.0
 
     def prefill_s(self, on_prfaas: bool, uncached_tokens: int) -> float:

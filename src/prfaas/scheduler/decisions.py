@@ -34,6 +34,7 @@ class Reason(StrEnum):
     PLENTIFUL_LONG_TO_PRFAAS = "plentiful-long-to-prfaas"
     # PrfaaS policy gates that override the length rule.
     LINK_CONGESTED = "link-congested"
+    LINK_CONGESTED_PD_P_BUSIER = "link-congested-pd-p-busier"
     PRFAAS_QUEUE_SURGE = "prfaas-queue-surge"
     NO_PRFAAS_INSTANCE = "no-prfaas-instance"
     NO_PD_PREFILL_INSTANCE = "no-pd-prefill-instance"

@@ -8,7 +8,9 @@ for all of them. Rules of `PrfaasPolicy.choose`, in order (l = input tokens, t =
     SCARCE:    remote iff l - l_pd > t                     (each cluster's cache alone)
     PLENTIFUL: remote iff l - max(l_prfaas, l_pd) > t      (move the longer prefix across)
     remote but no PrfaaS instance          -> PD-P  NO_PRFAAS_INSTANCE
-    remote but KV would lag prefill by more than max_transfer_lag_s -> PD-P  LINK_CONGESTED
+    remote but KV would lag prefill by more than max_transfer_lag_s:
+        PD-P finishes the prefill before the KV would be across -> PD-P  LINK_CONGESTED
+        otherwise (PD-P further behind than the link) -> PrfaaS LINK_CONGESTED_PD_P_BUSIER
     remote but PrfaaS queue > prfaas_surge_s and PD-P finishes first -> PD-P  PRFAAS_QUEUE_SURGE
     local but no PD-P instance             -> PrfaaS NO_PD_PREFILL_INSTANCE
 """
@@ -98,18 +100,25 @@ class PrfaasPolicy:
             max((request.hit_on(i.instance_id) for i in view.accepting(Role.PRFAAS)), default=0),
         )
         remote_prefill_s = cfg.prefill_s(True, request.input_tokens - hit)
-        remote_wait_s = _min_work_s(view, Role.PRFAAS, ledger)
+        prefill_end_s = _min_work_s(view, Role.PRFAAS, ledger) + remote_prefill_s
         link = view.link
         send_s = (link.bytes_waiting + cfg.kv_bytes(request.input_tokens)) / max(
             link.capacity_bytes_per_s, 1e-9
         )
-        if send_s - (remote_wait_s + remote_prefill_s) > cfg.bandwidth.max_transfer_lag_s:
-            return PathChoice(ServePath.PD_P, Reason.LINK_CONGESTED, mode)
-        if remote_wait_s > cfg.prfaas_surge_s:
-            l_pd, _ = best_hit(request, view.accepting(Role.PD_PREFILL))
-            local_s = _min_work_s(view, Role.PD_PREFILL, ledger) + cfg.prefill_s(
-                False, request.input_tokens - l_pd
+        remote_s = max(prefill_end_s, send_s)  # KV fully across: prefill and link both done
+        l_pd, _ = best_hit(request, view.accepting(Role.PD_PREFILL))
+        local_s = _min_work_s(view, Role.PD_PREFILL, ledger) + cfg.prefill_s(
+            False, request.input_tokens - l_pd
+        )
+        if send_s - prefill_end_s > cfg.bandwidth.max_transfer_lag_s:
+            if local_s < remote_s:
+                return PathChoice(ServePath.PD_P, Reason.LINK_CONGESTED, mode)
+            # PD-P is even further behind than the link: diverting would only move the queue
+            # (and overload PD-P with long prefills); hold the request on the PrfaaS path.
+            return PathChoice(
+                ServePath.PRFAAS, Reason.LINK_CONGESTED_PD_P_BUSIER, mode, cache_move=move
             )
-            if local_s < remote_wait_s + remote_prefill_s:
-                return PathChoice(ServePath.PD_P, Reason.PRFAAS_QUEUE_SURGE, mode)
+        surge = prefill_end_s - remote_prefill_s > cfg.prfaas_surge_s
+        if surge and local_s < remote_s:
+            return PathChoice(ServePath.PD_P, Reason.PRFAAS_QUEUE_SURGE, mode)
         return tentative

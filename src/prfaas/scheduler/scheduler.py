@@ -66,9 +66,14 @@ class GlobalScheduler:
         return self.policy.threshold_tokens
 
     def rebalance(self, view: ClusterView, stats: StageStats) -> list[RebalanceAction]:
-        """Run the slow loop on what was observed since the last call; apply the new t."""
+        """Run the slow loop on what was observed since the last step; apply the new t.
+
+        A window with fewer than `min_samples` requests is kept and extended to the next
+        period (at low rates a period may never hold enough on its own)."""
         if self.rebalancer is None:
             return []
+        if len(self._window.uncached_tokens) < self.rebalancer.config.min_samples:
+            return []  # keep collecting: a window is never dropped for being too small
         window, self._window = self._window, Window()
         actions = self.rebalancer.step(view, stats, window, self.policy.threshold_tokens)
         for action in actions:

@@ -51,10 +51,13 @@ def _arrivals(body: ScenarioFile, base_dir: Path, seed: int) -> list[SimRequest]
 
 
 def with_trace(body: ScenarioFile, trace: Path) -> ScenarioFile:
-    """Replace the workload by a trace replayed at its timestamps (cache capacity unbounded
-    for the planner's view; the simulator's pools have their configured size)."""
+    """Replace the workload by the whole trace replayed at its timestamps (cache capacity
+    unbounded for the planner's view; the simulator's pools have their configured size). A
+    synthetic `num_requests` of the scenario does not cut the trace short."""
     workload = WorkloadFile(trace=TraceFile(path=str(trace.resolve()), cache_capacity_blocks=None))
-    arrivals = (body.arrivals or ArrivalsFile()).model_copy(update={"process": "trace"})
+    arrivals = (body.arrivals or ArrivalsFile()).model_copy(
+        update={"process": "trace", "num_requests": None}
+    )
     return body.model_copy(update={"workload": workload, "arrivals": arrivals})
 
 

@@ -67,14 +67,14 @@ class SimInstance:
 def build_instances(
     sim: Simulator, config: RunConfig, cache: CacheConfig | None
 ) -> list[SimInstance]:
-    hw, body, d = config.hardware, config.simulation, config.deployment
+    body, d = config.simulation, config.deployment
     kv_bytes = body.decode_kv_gib * 2**30
     roles = [(PRFAAS_CLUSTER, Role.PRFAAS, f"prfaas-{i}") for i in range(d.n_prfaas)]
     roles += [(PD_CLUSTER, Role.PD_PREFILL, f"pd-{i}") for i in range(d.n_p)]
     roles += [(PD_CLUSTER, Role.PD_DECODE, f"pd-{d.n_p + i}") for i in range(d.n_d)]
     out = []
     for cluster_id, role, name in roles:
-        profile = hw.prfaas.profile if cluster_id == PRFAAS_CLUSTER else hw.pd.profile
+        profile = sim.prfaas_profile if cluster_id == PRFAAS_CLUSTER else sim.pd_profile
         instance_id = InstanceId(name)
         pool = HybridPrefixCache(cache, instance_id) if cache is not None else None
         prefill = PrefillFacet(

@@ -26,7 +26,7 @@ from typing import Protocol
 from prfaas.kvcache.cache import HybridPrefixCache
 from prfaas.kvcache.hashing import HashScheme
 from prfaas.kvcache.ids import TransferId
-from prfaas.kvcache.values import OutOfPages
+from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.scheduler.decisions import RouteDecision
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.core import EventLoop, EventPriority
@@ -45,6 +45,7 @@ class PrefillJob:
     transfer_id: TransferId | None = None
     flow: Flow | None = None
     start_s: float = 0.0
+    cache_request: CacheRequest | None = None  # hashed once at arrival (None: no pool lookup)
 
 
 class PrefillHost(Protocol):
@@ -86,11 +87,8 @@ class PrefillFacet:
     def _begin(self, job: PrefillJob) -> None:
         request = job.request
         hit = 0
-        if self.pool is not None and self.hash_scheme is not None and request.hash_ids:
-            cache_request = self.hash_scheme.mooncake_request(
-                request.request_id, request.hash_ids, request.input_tokens
-            )
-            allocation = self.pool.allocate(cache_request)
+        if self.pool is not None and job.cache_request is not None:
+            allocation = self.pool.allocate(job.cache_request)
             if not isinstance(allocation, OutOfPages):
                 job.has_pool_entry = True
                 hit = allocation.match.hit_tokens

@@ -18,9 +18,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from prfaas.kvcache.cache import CacheConfig
 from prfaas.kvcache.ids import ClusterId, InstanceId
 from prfaas.kvcache.index import GlobalKVCacheIndex
+from prfaas.kvcache.values import CacheRequest
 from prfaas.metrics.records import RequestRecord
 from prfaas.scheduler import (
     FlipRole,
@@ -41,9 +44,22 @@ from prfaas.sim.config import RunConfig
 from prfaas.sim.core import EventLoop, EventPriority
 from prfaas.sim.instances import DecodeSeq, PrefillJob
 from prfaas.sim.link import FairShareLink
+from prfaas.sim.profiles import MemoProfile
 from prfaas.sim.timeline import Timeline, TimelineSampler
 
 GBPS = 1e9 / 8
+
+
+def token_times(
+    first_token_s: float, segments: list[tuple[float, float, int]]
+) -> tuple[float, ...]:
+    """Every token's time: the first, then start + step * k (k = 1..count) per decode segment.
+    NumPy computes the very same IEEE products and sums as the scalar loop, so it is exact."""
+    if not segments:
+        return (first_token_s,)
+    parts = [np.array([first_token_s])]
+    parts += [start_s + step_s * np.arange(1, count + 1) for start_s, step_s, count in segments]
+    return tuple(np.concatenate(parts).tolist())
 
 
 @dataclass(slots=True)
@@ -65,14 +81,16 @@ class Simulator:
         self.requests = requests
         self.loop = EventLoop()
         sim, hw = config.simulation, config.hardware
+        self.prfaas_profile = MemoProfile(hw.prfaas.profile)
+        self.pd_profile = MemoProfile(hw.pd.profile)
         capacity = hw.link_gbps * GBPS
         per_conn = config.link.per_connection_gbps
         limit = float("inf") if per_conn is None else per_conn * GBPS * config.link.connections
         self.link = FairShareLink(self.loop, capacity, config.link.rtt_s, limit)
         self.reverse_link = FairShareLink(self.loop, capacity, config.link.rtt_s, limit)
         sched_config = SchedulerConfig(
-            prfaas_profile=hw.prfaas.profile if config.deployment.n_prfaas else None,
-            pd_profile=hw.pd.profile,
+            prfaas_profile=self.prfaas_profile if config.deployment.n_prfaas else None,
+            pd_profile=self.pd_profile,
             threshold_tokens=config.deployment.threshold_tokens,
         )
         rebalancer = None
@@ -176,17 +194,30 @@ class Simulator:
 
     # --- one request -----------------------------------------------------------------------
 
-    def _hits(self, request: SimRequest) -> dict[InstanceId, int]:
-        if self.index is None or not request.hash_ids:
+    def _cache_request(self, request: SimRequest) -> CacheRequest | None:
+        """The request as the pools see it, hashed once for the index query and the pool."""
+        if self.hash_scheme is None or not request.hash_ids:
+            return None
+        return self.hash_scheme.mooncake_request(
+            request.request_id, request.hash_ids, request.input_tokens
+        )
+
+    def _hits(
+        self, request: SimRequest, cache_request: CacheRequest | None
+    ) -> dict[InstanceId, int]:
+        if self.index is None or cache_request is None:
             return {}
         block = self.config.block_tokens
-        assert self.hash_scheme is not None
-        match = self.index.match(self.hash_scheme.hash_external(request.hash_ids))
+        match = self.index.match(cache_request.block_hashes)
         return {i: min(n * block, request.input_tokens) for i, n in match.per_instance.items() if n}
 
     def _arrive(self, request: SimRequest) -> None:
+        cache_request = self._cache_request(request)
         route = RouteRequest(
-            request.request_id, request.input_tokens, request.output_tokens, self._hits(request)
+            request.request_id,
+            request.input_tokens,
+            request.output_tokens,
+            self._hits(request, cache_request),
         )
         decision = self.scheduler.route(route, cluster_view(self))
         if isinstance(decision, Rejection):
@@ -199,14 +230,14 @@ class Simulator:
                 )
             )
             return
-        job = PrefillJob(request, decision)
+        job = PrefillJob(request, decision, cache_request=cache_request)
         move = decision.cache_move
         if move is None:
             self.by_id[decision.prefill_instance_id].prefill.enqueue(job)
             return
         toward_pd = move.target_cluster_id == ClusterId("pd")
         link = self.link if toward_pd else self.reverse_link
-        num_bytes = self.config.hardware.pd.profile.cache_bytes(move.tokens)
+        num_bytes = self.pd_profile.cache_bytes(move.tokens)
         link.send(num_bytes, float("inf"), self._moved, job)
 
     def _moved(self, job: PrefillJob) -> None:
@@ -214,7 +245,7 @@ class Simulator:
 
     def prefill_started(self, job: PrefillJob, estimate_s: float) -> None:
         if job.decision.path is ServePath.PRFAAS:
-            num_bytes = self.config.hardware.prfaas.profile.cache_bytes(job.request.input_tokens)
+            num_bytes = self.prfaas_profile.cache_bytes(job.request.input_tokens)
             job.flow = self.link.send(num_bytes, num_bytes / estimate_s, self._kv_delivered, job)
 
     def prefill_finished(self, job: PrefillJob) -> None:
@@ -225,7 +256,7 @@ class Simulator:
         if job.flow is not None:
             self.link.lift_cap(job.flow)
         else:
-            num_bytes = self.config.hardware.pd.profile.cache_bytes(job.request.input_tokens)
+            num_bytes = self.pd_profile.cache_bytes(job.request.input_tokens)
             lag_s = max(
                 0.0,
                 num_bytes / (self.config.simulation.rdma_gbps * GBPS)
@@ -242,25 +273,21 @@ class Simulator:
             inst.prefill.pool.complete_transfer(job.transfer_id)
             self._publish(inst)
         request = job.request
-        kv = self.config.hardware.pd.profile.cache_bytes(
-            request.input_tokens + request.output_tokens
-        )
+        kv = self.pd_profile.cache_bytes(request.input_tokens + request.output_tokens)
         seq = DecodeSeq(request, job, self.loop.now_s, kv, request.output_tokens - 1)
         self.by_id[job.decision.decode_instance_id].decode.arrive(seq)
 
     def decode_finished(self, seq: DecodeSeq) -> None:
         request = seq.request
         self.scheduler.decode_done(request.request_id)
-        times = [seq.first_token_s]
-        for start_s, step_s, count in seq.segments:
-            times.extend(start_s + step_s * k for k in range(1, count + 1))
+        times = token_times(seq.first_token_s, seq.segments)
         path = seq.job.decision.path
         self._finish(
             RequestRecord(
                 request.request_id,
                 request.arrival_s,
                 request.input_tokens,
-                tuple(times),
+                times,
                 path=str(path),
                 cached_tokens=seq.job.hit_tokens,
             )
