@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from prfaas.metrics import Distribution, RequestRecord, Slo, summarize
+from prfaas.metrics.records import gap_runs
 
 
-def record(rid: str, arrival: float, times: tuple[float, ...], **kw: object) -> RequestRecord:
-    return RequestRecord(rid, arrival, input_tokens=100, token_times_s=times, **kw)  # type: ignore[arg-type]
+def record(
+    rid: str, arrival: float, times: tuple[float, ...], path: str | None = None
+) -> RequestRecord:
+    return RequestRecord.from_token_times(rid, arrival, 100, times, path=path)
 
 
 def test_per_request_definitions() -> None:
@@ -18,13 +22,21 @@ def test_per_request_definitions() -> None:
     assert r.ttft_s == pytest.approx(0.5)
     assert r.e2e_s == pytest.approx(1.1)
     assert r.tpot_s == pytest.approx(0.6 / 3)
-    assert r.itls_s == pytest.approx([0.1, 0.2, 0.3])
+    assert [g for g, _ in r.gaps] == pytest.approx([0.1, 0.2, 0.3])
     assert r.output_tokens == 4
+
+
+def test_equal_gaps_are_run_length_encoded() -> None:
+    assert gap_runs([0.0, 1.0, 2.0, 3.0, 3.0, 5.0]) == ((1.0, 3), (0.0, 1), (2.0, 1))
+    r = RequestRecord("a", 0.0, 10, first_token_s=1.0, gaps=((0.025, 999),))
+    assert r.output_tokens == 1000
+    assert r.e2e_s == pytest.approx(1.0 + 0.025 * 999)
+    assert r.tpot_s == pytest.approx(0.025)
 
 
 def test_single_token_request_has_no_tpot() -> None:
     r = record("a", 0.0, (0.3,))
-    assert r.tpot_s is None and r.itls_s == []
+    assert r.tpot_s is None and r.gaps == ()
 
 
 def test_summary_counts_failures_and_goodput() -> None:
@@ -71,3 +83,20 @@ def test_distribution_is_ordered(values: list[float]) -> None:
     assert d.count == len(values)
     assert min(values) <= d.median <= d.p90 <= d.p99 <= max(values)  # type: ignore[operator]
     assert min(values) - 1e-6 <= d.mean <= max(values) + 1e-6  # type: ignore[operator]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1000).map(lambda x: x / 8), st.integers(1, 50)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_weighted_distribution_equals_the_expanded_one(runs: list[tuple[float, int]]) -> None:
+    values, counts = [v for v, _ in runs], [n for _, n in runs]
+    expanded = np.repeat(values, counts)
+    d = Distribution.weighted(values, counts)
+    assert d.count == len(expanded)
+    assert d.mean == pytest.approx(float(expanded.mean()))
+    for ours, q in ((d.median, 50), (d.p90, 90), (d.p99, 99)):
+        assert ours == float(np.percentile(expanded, q, method="inverted_cdf"))

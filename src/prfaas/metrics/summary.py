@@ -24,11 +24,27 @@ class Distribution:
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Distribution:
-        if not values:
+        return cls.weighted(values, [1] * len(values))
+
+    @classmethod
+    def weighted(cls, values: Sequence[float], counts: Sequence[int]) -> Distribution:
+        """The distribution of `values`, each repeated `counts` times, without expanding them.
+
+        Percentiles are the inverted-CDF kind (the smallest value whose cumulative share
+        reaches q), identical to np.percentile(..., method="inverted_cdf") on the expanded data.
+        """
+        weights = np.asarray(counts, dtype=np.float64)
+        total = float(weights.sum())
+        if total == 0:
             return cls(0, None, None, None, None)
         data = np.asarray(values, dtype=np.float64)
-        p50, p90, p99 = np.percentile(data, [50, 90, 99])
-        return cls(len(values), float(data.mean()), float(p50), float(p90), float(p99))
+        order = np.argsort(data, kind="stable")
+        data, cumulative = data[order], np.cumsum(weights[order])
+        p50, p90, p99 = (
+            float(data[np.searchsorted(cumulative, q * total, side="left")])
+            for q in (0.5, 0.9, 0.99)
+        )
+        return cls(int(total), float(data @ weights[order] / total), p50, p90, p99)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +95,7 @@ def summarize(
     done = [r for r in records if r.is_completed]
     failed = [r for r in records if not r.is_completed]
     if duration_s is None:
-        ends = [r.token_times_s[-1] for r in done]
+        ends = [r.last_token_s for r in done if r.last_token_s is not None]
         start = min((r.arrival_s for r in records), default=0.0)
         duration_s = max(ends, default=start) - start
     rate = 1.0 / duration_s if duration_s > 0 else 0.0
@@ -96,7 +112,9 @@ def summarize(
         slo=slo,
         ttft_s=Distribution.of([r.ttft_s for r in done if r.ttft_s is not None]),
         tpot_s=Distribution.of([r.tpot_s for r in done if r.tpot_s is not None]),
-        itl_s=Distribution.of([gap for r in done for gap in r.itls_s]),
+        itl_s=Distribution.weighted(
+            [gap for r in done for gap, _ in r.gaps], [n for r in done for _, n in r.gaps]
+        ),
         e2e_s=Distribution.of([r.e2e_s for r in done if r.e2e_s is not None]),
         paths=dict(Counter(r.path for r in done if r.path is not None)),
     )

@@ -18,13 +18,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from prfaas.kvcache.cache import CacheConfig
 from prfaas.kvcache.ids import ClusterId, InstanceId
 from prfaas.kvcache.index import GlobalKVCacheIndex
 from prfaas.kvcache.values import CacheRequest
-from prfaas.metrics.records import RequestRecord
+from prfaas.metrics.records import GapRuns, RequestRecord
 from prfaas.scheduler import (
     FlipRole,
     GlobalScheduler,
@@ -50,16 +48,18 @@ from prfaas.sim.timeline import Timeline, TimelineSampler
 GBPS = 1e9 / 8
 
 
-def token_times(
-    first_token_s: float, segments: list[tuple[float, float, int]]
-) -> tuple[float, ...]:
-    """Every token's time: the first, then start + step * k (k = 1..count) per decode segment.
-    NumPy computes the very same IEEE products and sums as the scalar loop, so it is exact."""
-    if not segments:
-        return (first_token_s,)
-    parts = [np.array([first_token_s])]
-    parts += [start_s + step_s * np.arange(1, count + 1) for start_s, step_s, count in segments]
-    return tuple(np.concatenate(parts).tolist())
+def decode_gaps(first_token_s: float, segments: list[tuple[float, float, int]]) -> GapRuns:
+    """Inter-token gaps as runs: a decode segment (start, step, count) emits tokens at
+    start + step * k (k = 1..count), so it is one gap from the previous token, then count - 1
+    gaps of one step."""
+    runs: list[tuple[float, int]] = []
+    last_s = first_token_s
+    for start_s, step_s, count in segments:
+        runs.append((max(0.0, start_s + step_s - last_s), 1))
+        if count > 1:
+            runs.append((step_s, count - 1))
+        last_s = start_s + step_s * count
+    return tuple(runs)
 
 
 @dataclass(slots=True)
@@ -280,14 +280,14 @@ class Simulator:
     def decode_finished(self, seq: DecodeSeq) -> None:
         request = seq.request
         self.scheduler.decode_done(request.request_id)
-        times = token_times(seq.first_token_s, seq.segments)
         path = seq.job.decision.path
         self._finish(
             RequestRecord(
                 request.request_id,
                 request.arrival_s,
                 request.input_tokens,
-                times,
+                seq.first_token_s,
+                decode_gaps(seq.first_token_s, seq.segments),
                 path=str(path),
                 cached_tokens=seq.job.hit_tokens,
             )
