@@ -15,8 +15,8 @@ import platform
 import statistics
 import subprocess
 
-from prfaas.specs.calibration import MeasuredPhi, fit_prefill_constants
-from prfaas.specs.catalog import get_chip, get_model, paper_rows
+from prfaas.specs.calibration import MeasuredPhi, fit_prefill_constants, paper_cells
+from prfaas.specs.catalog import get_chip
 from prfaas.specs.perf import RooflineProfile, kv_throughput_gbps
 
 
@@ -29,12 +29,7 @@ def _git_sha() -> str:
 
 def main() -> None:
     chip = get_chip("h200")
-    cells = [
-        MeasuredPhi(get_model(row.model), length, phi)
-        for row in paper_rows()
-        if row.table == "Table 3"
-        for length, phi in row.phi_gbps.items()
-    ]
+    cells = paper_cells("Table 3")
     fit = fit_prefill_constants(cells, chip, 8)
 
     def ratios(train: list[MeasuredPhi], test: list[MeasuredPhi]) -> list[float]:

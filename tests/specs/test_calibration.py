@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from prfaas.specs.calibration import MeasuredPhi, fit_prefill_constants
-from prfaas.specs.catalog import get_chip, get_model, paper_rows
+from prfaas.specs.calibration import MeasuredPhi, fit_prefill_constants, paper_cells
+from prfaas.specs.catalog import get_chip
 from prfaas.specs.chip import RooflineCalibration
 from prfaas.specs.model import DenseMlp, GqaAttention, ModelSpec
 from prfaas.specs.perf import RooflineProfile, kv_throughput_gbps
@@ -15,13 +15,7 @@ from prfaas.specs.perf import RooflineProfile, kv_throughput_gbps
 
 def test_catalog_h200_constants_are_the_table3_fit() -> None:
     chip = get_chip("h200")
-    cells = [
-        MeasuredPhi(get_model(row.model), length, phi)
-        for row in paper_rows()
-        if row.table == "Table 3"
-        for length, phi in row.phi_gbps.items()
-    ]
-    fit = fit_prefill_constants(cells, chip, 8)
+    fit = fit_prefill_constants(paper_cells("Table 3"), chip, 8)
     assert fit.prefill_mfu == pytest.approx(chip.calibration.prefill_mfu, abs=0.001)
     assert fit.prefill_overhead_s == pytest.approx(chip.calibration.prefill_overhead_s, abs=0.001)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from prfaas.specs.catalog import get_model, paper_rows
 from prfaas.specs.chip import ChipSpec
 from prfaas.specs.model import ModelSpec
 
@@ -28,6 +29,16 @@ class MeasuredPhi:
     model: ModelSpec
     length_tokens: int
     phi_gbps: float
+
+
+def paper_cells(table: str) -> list[MeasuredPhi]:
+    """Every Phi_kv the paper measured in `table` ("Table 3"), as fit inputs."""
+    return [
+        MeasuredPhi(get_model(row.model), length, phi)
+        for row in paper_rows()
+        if row.table == table
+        for length, phi in row.phi_gbps.items()
+    ]
 
 
 @dataclass(frozen=True, slots=True)
