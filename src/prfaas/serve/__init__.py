@@ -1,0 +1,17 @@
+"""The running system: router, instance processes, launcher (DESIGN.md, room `serve`).
+
+    client ──HTTP──► router (OpenAI API, GlobalScheduler unchanged, GlobalKVCacheIndex)
+                       │ POST /prefill                       │ POST /decode (NDJSON tokens)
+                       ▼                                     ▼
+              prefill instance ══ KV over TCP (transfer) ══► decode instance
+              (prfaas-prefill or pd-prefill)                  (pd-decode)
+
+Modules: `config` (deployment file, the only place env vars are read), `errors` (the one
+exception tree of the HTTP boundary), `protocol` (router <-> instance bodies), `instance` and
+`worker` (engine process; the only serve modules that import torch, through `prfaas.engine`),
+`kvlink` (sink -> export, user-space link delay), `registry` (the router's live view of the
+deployment), `router` and `openai_api` (the HTTP edge), `metrics`, `launcher`, `demo`.
+The router imports no torch: it tokenizes through an instance. Guide: docs/serving.md.
+"""
+
+from __future__ import annotations

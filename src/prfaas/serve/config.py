@@ -1,0 +1,181 @@
+"""The deployment file and every other knob of `serve`: the one module that reads the environment.
+
+A deployment names the model, the router, every instance (role, cluster, host, ports), the
+inter-cluster link and the transfer secret. The same file starts one host's processes or all
+of them (`prfaas up`). Ports set to 0 are picked free at launch (single-host only).
+
+    model: tiny-qwen3-next
+    threshold_tokens: 96            # t: uncached prompt tokens above which prefill goes remote
+    router: {host: 127.0.0.1, port: 8000}
+    link: {rate_gbps: 1.0, rtt_ms: 20}
+    instances:
+      - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas}
+      - {name: pdp-0, role: pd-prefill, cluster: pd}
+      - {name: pdd-0, role: pd-decode, cluster: pd}
+
+The secret comes from the file's `secret` or `PRFAAS_TRANSFER_SECRET` (transfer.config); when
+neither is set the launcher generates one per run and hands it to its children in that variable.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from enum import StrEnum
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from prfaas.serve.errors import DeploymentError
+from prfaas.transfer.config import SECRET_ENV_VAR
+
+#: Environment of child processes: offline model hub, one torch thread per process.
+CHILD_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "USE_HUB_KERNELS": "NO",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+class InstanceRole(StrEnum):
+    PRFAAS_PREFILL = "prfaas-prefill"
+    PD_PREFILL = "pd-prefill"
+    PD_DECODE = "pd-decode"
+
+    @property
+    def is_prefill(self) -> bool:
+        return self is not InstanceRole.PD_DECODE
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RouterSpec(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    max_body_bytes: int = Field(default=1_000_000, gt=0)
+    poll_interval_s: float = Field(default=0.2, gt=0)
+    request_timeout_s: float = Field(default=120.0, gt=0)
+
+
+class LinkSpec(_Strict):
+    """The PrfaaS -> PD link: a token bucket on the sender plus a user-space delay."""
+
+    rate_gbps: float = Field(default=1.0, gt=0)
+    rtt_ms: float = Field(default=20.0, ge=0)
+
+    @property
+    def rate_bytes_per_s(self) -> float:
+        return self.rate_gbps * 1e9 / 8
+
+
+class InstanceSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    role: InstanceRole
+    cluster: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    host: str = "127.0.0.1"
+    http_port: int = Field(default=0, ge=0, le=65535)
+    transfer_port: int = Field(default=0, ge=0, le=65535)
+    capacity_mib: int = Field(default=64, gt=0)
+    max_batch_size: int = Field(default=16, gt=0)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+
+class Deployment(_Strict):
+    model: str = "tiny-qwen3-next"
+    served_model_name: str | None = None
+    block_tokens: int = Field(default=16, gt=0)
+    hash_seed: int = 0
+    threshold_tokens: int = Field(default=96, ge=0)
+    secret: str | None = None
+    router: RouterSpec = RouterSpec()
+    link: LinkSpec = LinkSpec()
+    instances: tuple[InstanceSpec, ...]
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model
+
+    def instance(self, name: str) -> InstanceSpec:
+        for spec in self.instances:
+            if spec.name == name:
+                return spec
+        raise DeploymentError(f"no instance named {name!r} in the deployment")
+
+
+def default_deployment() -> Deployment:
+    """One PrfaaS prefill, one PD-P, one PD-D; tiny Qwen3-Next; 1 Gbit/s, 20 ms RTT."""
+    return Deployment(
+        instances=(
+            InstanceSpec(name="prfaas-0", role=InstanceRole.PRFAAS_PREFILL, cluster="prfaas"),
+            InstanceSpec(name="pdp-0", role=InstanceRole.PD_PREFILL, cluster="pd"),
+            InstanceSpec(name="pdd-0", role=InstanceRole.PD_DECODE, cluster="pd"),
+        )
+    )
+
+
+def load_deployment(path: Path | None) -> Deployment:
+    """The file at `path`, or the built-in default; errors are one-line `DeploymentError`s."""
+    if path is None:
+        return default_deployment()
+    try:
+        raw = yaml.safe_load(path.read_text())
+        return Deployment.model_validate(raw)
+    except OSError as err:
+        raise DeploymentError(f"cannot read {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise DeploymentError(f"{path} is not valid YAML: {err}") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise DeploymentError(f"{path}: {where}: {first['msg']}") from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def with_ports(deployment: Deployment) -> Deployment:
+    """Every port left at 0 replaced by a free one (single host: the launcher's job)."""
+    router = deployment.router
+    if router.port == 0:
+        router = router.model_copy(update={"port": free_port(router.host)})
+    instances = tuple(
+        spec.model_copy(
+            update={
+                "http_port": spec.http_port or free_port(spec.host),
+                "transfer_port": spec.transfer_port or free_port(spec.host),
+            }
+        )
+        for spec in deployment.instances
+    )
+    return deployment.model_copy(update={"router": router, "instances": instances})
+
+
+def transfer_secret(deployment: Deployment) -> bytes:
+    """The file's secret, else the environment's, else an error (never a default secret)."""
+    if deployment.secret is not None:
+        return deployment.secret.encode()
+    value = os.environ.get(SECRET_ENV_VAR)
+    if not value:
+        raise DeploymentError(f"no transfer secret: set `secret` or ${SECRET_ENV_VAR}")
+    return value.encode()
+
+
+def child_environment(deployment: Deployment) -> dict[str, str]:
+    """The environment the launcher gives every process: ours, offline, one thread, a secret."""
+    env = dict(os.environ)
+    env.update(CHILD_ENV)
+    if deployment.secret is None and not env.get(SECRET_ENV_VAR):
+        env[SECRET_ENV_VAR] = secrets.token_hex(24)
+    return env

@@ -1,0 +1,277 @@
+"""One request through the deployment: place, prefill (KV streams to decode), decode, stream.
+
+    tokenize (an instance)  ->  scheduler.route(RouteRequest, registry.view(now))
+        -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer)
+        -> POST decode instance /decode     (NDJSON tokens)  -> yielded to the HTTP edge
+
+The scheduler object is the simulator's, unchanged, fed with wall time since router start.
+Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`): the
+failed instance is marked unhealthy, the registry re-polled, and the request placed again, so
+a dead instance costs a retry, not an error. After the first token a failure ends the request
+with `InstanceFailedError` (502). The ledger is always released (prefill_done / decode_done).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from prfaas.kvcache.ids import RequestId
+from prfaas.scheduler import (
+    GlobalScheduler,
+    PrfaasPolicy,
+    Rejection,
+    RouteDecision,
+    RouteRequest,
+    SchedulerConfig,
+)
+from prfaas.serve import protocol as p
+from prfaas.serve.config import Deployment
+from prfaas.serve.errors import (
+    ContextLengthError,
+    InstanceFailedError,
+    NoCapacityError,
+    from_status,
+)
+from prfaas.serve.metrics import RouterMetrics
+from prfaas.serve.profile import LiveProfile
+from prfaas.serve.registry import Registry
+
+MAX_ATTEMPTS = 3
+MAX_RECENT_DECISIONS = 200
+
+
+@dataclass(slots=True)
+class RouterRuntime:
+    """Everything the router holds (built once in `router.build_app`; no globals)."""
+
+    deployment: Deployment
+    registry: Registry
+    metrics: RouterMetrics
+    client: httpx.AsyncClient
+    started_s: float = field(default_factory=time.monotonic)
+    recent: deque[dict[str, Any]] = field(
+        default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
+    )
+    _scheduler: GlobalScheduler | None = None
+
+    def now_s(self) -> float:
+        return time.monotonic() - self.started_s
+
+    @property
+    def scheduler(self) -> GlobalScheduler:
+        """Built on first use, once an instance has said how many KV bytes a token takes."""
+        if self._scheduler is None:
+            infos = [i.info for i in self.registry.healthy() if i.info is not None]
+            if not infos:
+                raise NoCapacityError("no instance is up")
+            profile = LiveProfile(kv_bytes_per_token=infos[0].kv_bytes_per_token)
+            config = SchedulerConfig(
+                prfaas_profile=profile,
+                pd_profile=profile,
+                threshold_tokens=self.deployment.threshold_tokens,
+            )
+            self._scheduler = GlobalScheduler(PrfaasPolicy(config), config)
+        return self._scheduler
+
+    @property
+    def threshold_tokens(self) -> int:
+        if self._scheduler is None:
+            return self.deployment.threshold_tokens
+        return self._scheduler.threshold_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """First item of a request's stream: where it ran and what its prefill cost."""
+
+    request_id: str
+    decision: RouteDecision
+    prefill: p.PrefillResult
+    num_prompt_tokens: int
+
+
+class _Retry(Exception):
+    """Nothing reached the client yet: place the request again."""
+
+
+async def tokenize(rt: RouterRuntime, text: str) -> list[int]:
+    for inst in rt.registry.healthy():
+        try:
+            response = await rt.client.post(inst.spec.url + "/tokenize", json={"text": text})
+        except httpx.TransportError:
+            rt.registry.mark_failed(inst.name)
+            continue
+        if response.status_code != 200:
+            raise from_status(response.status_code, _message(response.content))
+        return p.TokenizeResult.model_validate_json(response.content).token_ids
+    raise NoCapacityError("no instance is up")
+
+
+def check_length(rt: RouterRuntime, tokens: list[int], max_tokens: int) -> None:
+    context = rt.registry.max_context_tokens()
+    if len(tokens) + max_tokens > context:
+        raise ContextLengthError(
+            f"prompt of {len(tokens)} tokens + max_tokens {max_tokens} exceeds the model's "
+            f"context of {context} tokens"
+        )
+
+
+async def generate(
+    rt: RouterRuntime, tokens: list[int], sampling: p.Sampling
+) -> AsyncIterator[Placed | p.DecodeChunk]:
+    """Placed, then DecodeChunks; retried on instance failure until a token is out."""
+    for attempt in range(MAX_ATTEMPTS):
+        request_id = f"cmpl-{uuid.uuid4().hex[:24]}"
+        emitted = False
+        try:
+            async for item in _attempt(rt, request_id, tokens, sampling):
+                if isinstance(item, p.DecodeChunk):
+                    emitted = True
+                yield item
+            return
+        except _Retry as err:
+            if emitted or attempt == MAX_ATTEMPTS - 1:
+                rt.metrics.failures.labels("instance").inc()
+                raise InstanceFailedError(str(err)) from None
+            rt.metrics.failures.labels("retried").inc()
+            await rt.registry.poll_once()
+
+
+async def _attempt(
+    rt: RouterRuntime, request_id: str, tokens: list[int], sampling: p.Sampling
+) -> AsyncIterator[Placed | p.DecodeChunk]:
+    hits = rt.registry.hit_tokens(tokens)
+    route = RouteRequest(RequestId(request_id), len(tokens), sampling.max_tokens, hits)
+    decision = rt.scheduler.route(route, rt.registry.view(rt.now_s()))
+    if isinstance(decision, Rejection):
+        raise NoCapacityError(f"no instance can take the request: {decision.reason}")
+    record = _record(rt, decision, len(tokens))
+    rt.metrics.decisions.labels(decision.path.value, decision.reason.value).inc()
+    try:
+        result = await _prefill(rt, decision, tokens, sampling)
+    finally:
+        rt.scheduler.prefill_done(decision.request_id)
+    try:
+        record.update(kv_bytes=result.kv_bytes, hit_tokens=result.hit_tokens)
+        rt.metrics.kv_bytes.labels(decision.path.value).inc(result.kv_bytes)
+        rt.metrics.hit_tokens.labels(decision.path.value).inc(result.hit_tokens)
+        yield Placed(request_id, decision, result, len(tokens))
+        async for chunk in _decode(rt, decision, tokens, result.first_token, sampling):
+            yield chunk
+        record["status"] = "ok"
+    except BaseException:
+        record["status"] = "failed"
+        raise
+    finally:
+        rt.scheduler.decode_done(decision.request_id)
+
+
+def _record(rt: RouterRuntime, decision: RouteDecision, num_tokens: int) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "request_id": decision.request_id,
+        "t_s": round(rt.now_s(), 4),
+        "path": decision.path.value,
+        "reason": decision.reason.value,
+        "mode": decision.mode.value if decision.mode else None,
+        "prefill_instance": decision.prefill_instance_id,
+        "decode_instance": decision.decode_instance_id,
+        "input_tokens": num_tokens,
+        "reused_prefix_tokens": decision.reused_prefix_tokens,
+        "uncached_tokens": decision.uncached_tokens,
+        "threshold_tokens": rt.threshold_tokens,
+        "status": "running",
+    }
+    rt.recent.append(record)
+    return record
+
+
+async def _prefill(
+    rt: RouterRuntime, decision: RouteDecision, tokens: list[int], sampling: p.Sampling
+) -> p.PrefillResult:
+    prefill = rt.registry.instances[decision.prefill_instance_id]
+    decode = rt.registry.instances[decision.decode_instance_id]
+    if decode.info is None:
+        raise _Retry(f"decode instance {decode.name} is not registered")
+    body = p.PrefillRequest(
+        request_id=decision.request_id,
+        token_ids=tokens,
+        sampling=sampling,
+        decode_transfer_host=decode.info.transfer_host,
+        decode_transfer_port=decode.info.transfer_port,
+    )
+    try:
+        response = await rt.client.post(
+            prefill.spec.url + "/prefill",
+            content=body.model_dump_json(),
+            headers={"content-type": "application/json"},
+            timeout=rt.deployment.router.request_timeout_s,
+        )
+    except httpx.TransportError as err:
+        rt.registry.mark_failed(prefill.name)
+        raise _Retry(f"prefill instance {prefill.name} failed: {err!r}") from None
+    if response.status_code >= 500:
+        raise _Retry(f"prefill on {prefill.name}: {_message(response.content)}")
+    if response.status_code != 200:
+        raise from_status(response.status_code, _message(response.content))
+    return p.PrefillResult.model_validate_json(response.content)
+
+
+async def _decode(
+    rt: RouterRuntime,
+    decision: RouteDecision,
+    tokens: list[int],
+    first_token: int,
+    sampling: p.Sampling,
+) -> AsyncIterator[p.DecodeChunk]:
+    decode = rt.registry.instances[decision.decode_instance_id]
+    body = p.DecodeRequest(
+        request_id=decision.request_id,
+        token_ids=tokens,
+        first_token=first_token,
+        sampling=sampling,
+    )
+    timeout = httpx.Timeout(rt.deployment.router.request_timeout_s, connect=2.0)
+    try:
+        async with rt.client.stream(
+            "POST",
+            decode.spec.url + "/decode",
+            content=body.model_dump_json(),
+            headers={"content-type": "application/json"},
+            timeout=timeout,
+        ) as response:
+            if response.status_code != 200:
+                raw = await response.aread()
+                if response.status_code >= 500:
+                    raise _Retry(f"decode on {decode.name}: {_message(raw)}")
+                raise from_status(response.status_code, _message(raw))
+            is_final = False
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                chunk = p.DecodeChunk.model_validate_json(line)
+                if chunk.error is not None:
+                    raise InstanceFailedError(f"decode on {decode.name}: {chunk.error}")
+                yield chunk
+                if chunk.finish_reason is not None:
+                    is_final = True
+            if not is_final:
+                raise _Retry(f"decode instance {decode.name} broke off the stream")
+    except httpx.TransportError as err:
+        rt.registry.mark_failed(decode.name)
+        raise _Retry(f"decode instance {decode.name} failed: {err!r}") from None
+
+
+def _message(raw: bytes) -> str:
+    """An instance's error text from its OpenAI-style error JSON (or the raw body)."""
+    try:
+        return str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw.decode(errors="replace")[:200]

@@ -1,0 +1,365 @@
+"""The instance process: an engine, its HTTP control API and its transfer endpoint.
+
+Prefill roles (`prfaas-prefill`, `pd-prefill`) own a `Sender`; the PrfaaS one is rate-limited
+and delayed like the inter-cluster link (`kvlink`), the PD-P one talks over the local network.
+The decode role (`pd-decode`) owns a `Receiver` writing into an `ArraySink`.
+
+    POST /prefill  run the prefill on the engine thread; stream every layer's slices to the
+                   decode instance's receiver as soon as the layer is done; answer after the
+                   receiver committed (first token, KV bytes, prefix hit)
+    POST /decode   wait for that request's committed KV, import it, stream NDJSON tokens;
+                   a client that goes away cancels the request in the engine
+
+Lifecycle: `serve_instance` loads the model, starts the worker thread and the transfer
+endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from prfaas.engine import BadRequestError as EngineBadRequest
+from prfaas.engine import (
+    Completion,
+    Engine,
+    EngineConfig,
+    ExportedPrefill,
+    ExportRecord,
+    SamplingParams,
+    load_model,
+)
+from prfaas.serve import protocol as p
+from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec, transfer_secret
+from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError, ServeError
+from prfaas.serve.kvlink import DelayedTransport, committed_records
+from prfaas.serve.worker import EngineWorker, ExportDone, Item
+from prfaas.transfer import (
+    ArraySink,
+    PeerAddress,
+    Receiver,
+    RequestId,
+    Sender,
+    SliceKey,
+    TcpTransport,
+    TransferAborted,
+    TransferConfig,
+    TransferError,
+    TransferReceived,
+    identity_for,
+)
+
+ARRIVAL_TIMEOUT_S = 60.0
+SINK_BYTES = 128 * 2**20
+
+
+@dataclass(slots=True)
+class InstanceRuntime:
+    """Everything one instance process holds, built once at start-up (no globals)."""
+
+    spec: InstanceSpec
+    deployment: Deployment
+    worker: EngineWorker
+    info: p.InstanceInfo
+    transfer_config: TransferConfig
+    sender: Sender | None = None
+    receiver: Receiver | None = None
+    sink: ArraySink | None = None
+    arrivals: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+
+    def arrival(self, request_id: str) -> asyncio.Future[int]:
+        fut = self.arrivals.get(request_id)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self.arrivals[request_id] = fut
+        return fut
+
+
+def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
+    spec = deployment.instance(name)
+    model = load_model(deployment.model)
+    engine = Engine(
+        model,
+        EngineConfig(
+            block_tokens=deployment.block_tokens,
+            capacity_bytes=spec.capacity_mib * 2**20,
+            max_batch_size=spec.max_batch_size,
+            instance_id=spec.name,
+            hash_seed=deployment.hash_seed,
+        ),
+    )
+    layout = engine.paged.config.layout
+    num_attention = sum(1 for k in layout.group_kinds if k.value == "attention")
+    info = p.InstanceInfo(
+        name=spec.name,
+        role=spec.role.value,
+        cluster=spec.cluster,
+        boot_id=uuid.uuid4().hex,
+        model=deployment.model_name,
+        max_context_tokens=model.max_context_tokens,
+        transfer_host=spec.host,
+        transfer_port=spec.transfer_port,
+        kv_bytes_per_token=layout.page_bytes * num_attention / deployment.block_tokens,
+        kv_capacity_bytes=engine.paged.config.capacity_bytes,
+        max_batch_size=spec.max_batch_size,
+        cache=p.CacheIdentityBody.of(engine.paged.config.identity),
+    )
+    is_prfaas = spec.role is InstanceRole.PRFAAS_PREFILL
+    config = TransferConfig(
+        secret=transfer_secret(deployment),
+        num_connections=2,
+        max_frame_bytes=1 * 2**20,
+        max_bytes_in_flight=16 * 2**20,
+        rate_limit_bytes_per_s=deployment.link.rate_bytes_per_s if is_prfaas else None,
+        rate_burst_bytes=1 * 2**20,
+    )
+    return InstanceRuntime(spec, deployment, EngineWorker(engine), info, config)
+
+
+async def _start_transfer(rt: InstanceRuntime) -> None:
+    engine = rt.worker.engine
+    identity = identity_for(
+        engine.paged.layout.spec, rt.deployment.block_tokens, rt.deployment.hash_seed
+    )
+    if rt.spec.role.is_prefill:
+        delay_s = rt.deployment.link.rtt_ms / 1e3
+        is_prfaas = rt.spec.role is InstanceRole.PRFAAS_PREFILL
+        transport = DelayedTransport(TcpTransport(), delay_s if is_prfaas else 0.0)
+        rt.sender = Sender(rt.transfer_config, identity, transport)
+        return
+    rt.sink = ArraySink(SINK_BYTES)
+    rt.receiver = Receiver(rt.transfer_config, identity, TcpTransport(), rt.sink)
+    await rt.receiver.start(PeerAddress(rt.spec.host, rt.spec.transfer_port))
+
+
+async def _pump_arrivals(rt: InstanceRuntime) -> None:
+    """Receiver events -> per-request futures the /decode handlers wait on."""
+    assert rt.receiver is not None
+    while True:
+        await rt.receiver.wait_for_events()
+        for event in rt.receiver.take_events():
+            if isinstance(event, TransferReceived):
+                fut = rt.arrival(event.request_id)
+                if not fut.done():
+                    fut.set_result(event.payload_bytes)
+            elif isinstance(event, TransferAborted):
+                fut = rt.arrival(event.request_id)
+                if not fut.done():
+                    fut.set_exception(InstanceFailedError(f"KV transfer aborted: {event.message}"))
+
+
+def _params(s: p.Sampling) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        seed=s.seed,
+        stop=tuple(s.stop),
+        ignore_eos=s.ignore_eos,
+    )
+
+
+async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
+    """Prefill here, KV layer by layer to the decode instance; return once it committed."""
+    if rt.sender is None:
+        raise BadRequestError(f"instance {rt.spec.name} is not a prefill instance")
+    started = time.monotonic()
+    peer = PeerAddress(body.decode_transfer_host, body.decode_transfer_port)
+    transfer = await rt.sender.start_transfer(peer, RequestId(body.request_id))
+    items = rt.worker.export(
+        asyncio.get_running_loop(), body.request_id, body.token_ids, _params(body.sampling)
+    )
+    kv_bytes = num_slices = 0
+    try:
+        while True:
+            item = await items.get()
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, ExportDone):
+                break
+            assert isinstance(item, ExportRecord)
+            key = SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
+            await transfer.send_slice(key, item.dtype, item.shape, item.data)
+            kv_bytes += item.nbytes
+            num_slices += 1
+        if item.exported is None:
+            raise NoCapacityError(f"instance {rt.spec.name} has no room for this prompt")
+        prefill_s = time.monotonic() - started
+        await transfer.finish()
+    except BaseException:
+        await transfer.abort("prefill failed or was cancelled")
+        raise
+    return p.PrefillResult(
+        request_id=body.request_id,
+        first_token=item.exported.first_token,
+        hit_tokens=item.hit_tokens,
+        kv_bytes=kv_bytes,
+        num_slices=num_slices,
+        prefill_s=prefill_s,
+        transfer_s=time.monotonic() - started - prefill_s,
+    )
+
+
+async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> ExportedPrefill:
+    assert rt.sink is not None
+    fut = rt.arrival(body.request_id)
+    try:
+        await asyncio.wait_for(asyncio.shield(fut), ARRIVAL_TIMEOUT_S)
+    except TimeoutError:
+        raise InstanceFailedError(f"no KV arrived for {body.request_id}") from None
+    finally:
+        rt.arrivals.pop(body.request_id, None)
+    records = tuple(ExportRecord(*fields) for fields in committed_records(rt.sink, body.request_id))
+    rt.sink.release(RequestId(body.request_id))
+    return ExportedPrefill(body.request_id, tuple(body.token_ids), body.first_token, records)
+
+
+async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
+    """NDJSON `DecodeChunk`s; cancelled (client gone) -> the engine drops the request."""
+    exported = await _imported(rt, body)
+    tokenizer = rt.worker.engine.model.tokenizer
+    items = rt.worker.decode(asyncio.get_running_loop(), exported, _params(body.sampling))
+    ids: list[int] = []
+    sent = ""
+    is_done = False
+    try:
+        while True:
+            item: Item = await items.get()
+            if isinstance(item, BaseException):
+                yield _line(p.DecodeChunk(error=f"decode failed: {item}"))
+                is_done = True
+                return
+            if isinstance(item, Completion):
+                is_done = True
+                tail = item.text[len(sent) :] if item.text.startswith(sent) else ""
+                yield _line(
+                    p.DecodeChunk(
+                        text=tail,
+                        finish_reason=item.finish_reason.value,
+                        num_prompt_tokens=item.num_prompt_tokens,
+                        num_completion_tokens=len(item.token_ids),
+                        full_text=item.text,
+                    )
+                )
+                return
+            if isinstance(item, ExportRecord | ExportDone):
+                continue
+            ids.append(item.token_id)
+            text = tokenizer.decode(ids)
+            delta = ""
+            if text.startswith(sent) and not text.endswith("\ufffd"):
+                delta, sent = text[len(sent) :], text
+            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta))
+    finally:
+        if not is_done:
+            rt.worker.cancel(body.request_id)
+
+
+def _line(chunk: p.DecodeChunk) -> bytes:
+    return chunk.model_dump_json(exclude_defaults=True).encode() + b"\n"
+
+
+def _error(err: ServeError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status_code)
+
+
+def build_app(rt: InstanceRuntime) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        rt.worker.start()
+        await _start_transfer(rt)
+        pump = asyncio.create_task(_pump_arrivals(rt)) if rt.receiver else None
+        try:
+            yield
+        finally:
+            if pump is not None:
+                pump.cancel()
+            if rt.sender is not None:
+                await rt.sender.close()
+            if rt.receiver is not None:
+                await rt.receiver.close()
+            rt.worker.stop()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
+        return _error(err)
+
+    @app.exception_handler(EngineBadRequest)
+    async def _engine_error(_: Request, err: EngineBadRequest) -> JSONResponse:
+        return _error(BadRequestError(str(err)))
+
+    @app.exception_handler(TransferError)
+    async def _transfer_error(_: Request, err: TransferError) -> JSONResponse:
+        return _error(InstanceFailedError(f"KV transfer failed: {err}"))
+
+    @app.get("/info")
+    async def info() -> p.InstanceInfo:
+        return rt.info
+
+    @app.get("/state")
+    async def state(since: int = 0) -> p.InstanceState:
+        events, next_seq = rt.worker.events_since(since)
+        return p.InstanceState(
+            boot_id=rt.info.boot_id,
+            num_waiting=rt.worker.num_waiting,
+            num_running=rt.worker.num_running,
+            free_pages=rt.worker.free_pages,
+            events=[
+                p.CacheEventBody(
+                    seq=e.seq,
+                    stored=type(e.event).__name__ == "BlockStored",
+                    group=e.event.group_index,
+                    block_hash=e.event.block_hash,
+                )
+                for e in events
+            ],
+            next_seq=next_seq,
+            links=[
+                p.LinkBody(
+                    peer=link.peer,
+                    egress_bytes_per_s=link.egress_bytes_per_s,
+                    bytes_waiting=link.bytes_waiting,
+                    bytes_in_flight=link.bytes_in_flight,
+                    bytes_acked_total=link.bytes_acked_total,
+                    rtt_s=link.rtt_s,
+                )
+                for link in (rt.sender.link_signals() if rt.sender else [])
+            ],
+        )
+
+    @app.post("/tokenize")
+    async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
+        engine = rt.worker.engine
+        return p.TokenizeResult(token_ids=engine.encode(body.text))
+
+    @app.post("/prefill")
+    async def prefill(body: p.PrefillRequest) -> p.PrefillResult:
+        return await run_prefill(rt, body)
+
+    @app.post("/decode")
+    async def decode(body: p.DecodeRequest) -> StreamingResponse:
+        if rt.sink is None:
+            raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
+        return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
+
+    return app
+
+
+def serve_instance(deployment: Deployment, name: str) -> None:
+    """Run one instance until SIGINT/SIGTERM."""
+    rt = build_runtime(deployment, name)
+    config = uvicorn.Config(
+        build_app(rt), host=rt.spec.host, port=rt.spec.http_port, log_level="warning"
+    )
+    uvicorn.Server(config).run()

@@ -1,0 +1,93 @@
+"""The router's Prometheus metrics, in the style of vLLM's (`vllm:time_to_first_token_seconds`).
+
+One `CollectorRegistry` per router (no global default registry, so tests can run several):
+
+    prfaas:time_to_first_token_seconds{path}       histogram
+    prfaas:time_per_output_token_seconds{path}     histogram
+    prfaas:e2e_request_latency_seconds{path}       histogram
+    prfaas:routing_decisions_total{path,reason}    counter
+    prfaas:kv_transfer_bytes_total{path}           counter  KV bytes shipped prefill -> decode
+    prfaas:prefix_hit_tokens_total{path}           counter  prompt tokens restored from cache
+    prfaas:request_failures_total{kind}            counter
+    prfaas:link_egress_bytes_per_second            gauge    inter-cluster link, measured
+    prfaas:link_backlog_bytes                      gauge
+    prfaas:link_utilisation                        gauge
+    prfaas:instance_running_requests{instance}     gauge
+    prfaas:instance_waiting_requests{instance}     gauge
+    prfaas:threshold_tokens                        gauge    t
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from prfaas.serve.registry import Registry
+
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TPOT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram(
+            "prfaas:time_to_first_token_seconds",
+            "Time to first token.",
+            ["path"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "prfaas:time_per_output_token_seconds",
+            "Mean time per output token after the first.",
+            ["path"],
+            buckets=TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "prfaas:e2e_request_latency_seconds",
+            "End-to-end request latency.",
+            ["path"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "prfaas:routing_decisions", "Routing decisions.", ["path", "reason"], registry=r
+        )
+        self.kv_bytes = Counter(
+            "prfaas:kv_transfer_bytes", "KV bytes prefill -> decode.", ["path"], registry=r
+        )
+        self.hit_tokens = Counter(
+            "prfaas:prefix_hit_tokens", "Prompt tokens from prefix cache.", ["path"], registry=r
+        )
+        self.failures = Counter("prfaas:request_failures", "Failed requests.", ["kind"], registry=r)
+        self.egress = Gauge(
+            "prfaas:link_egress_bytes_per_second", "Inter-cluster egress.", registry=r
+        )
+        self.backlog = Gauge("prfaas:link_backlog_bytes", "Inter-cluster backlog.", registry=r)
+        self.utilisation = Gauge("prfaas:link_utilisation", "Egress / capacity.", registry=r)
+        self.running = Gauge(
+            "prfaas:instance_running_requests", "Running.", ["instance"], registry=r
+        )
+        self.waiting = Gauge(
+            "prfaas:instance_waiting_requests", "Waiting.", ["instance"], registry=r
+        )
+        self.threshold = Gauge("prfaas:threshold_tokens", "Threshold t.", registry=r)
+
+    def observe(self, path: str, ttft_s: float, e2e_s: float, num_tokens: int) -> None:
+        self.ttft.labels(path).observe(ttft_s)
+        self.e2e.labels(path).observe(e2e_s)
+        if num_tokens > 1:
+            self.tpot.labels(path).observe((e2e_s - ttft_s) / (num_tokens - 1))
+
+    def render(self, registry: Registry, threshold_tokens: int) -> bytes:
+        link = registry.link_view()
+        self.egress.set(link.egress_bytes_per_s)
+        self.backlog.set(link.bytes_waiting)
+        self.utilisation.set(link.utilisation)
+        self.threshold.set(threshold_tokens)
+        for inst in registry.instances.values():
+            self.running.labels(inst.name).set(inst.num_running)
+            self.waiting.labels(inst.name).set(inst.num_waiting)
+        return generate_latest(self.registry)

@@ -1,0 +1,147 @@
+"""Bodies between the router and the instances (HTTP, JSON; pydantic at this edge).
+
+    router                                   instance
+    GET  /info                         ->    InstanceInfo (identity, role, transfer address)
+    GET  /state?since=N                ->    InstanceState (load, cache events after seq N)
+    POST /tokenize    TokenizeRequest  ->    TokenizeResult
+    POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
+    POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
+
+`boot_id` changes on every start, so the router notices a restarted instance and re-registers
+it with a clean cache index (anchors pain point 8). Cache events carry a per-instance sequence
+number: the router pulls what it has not seen, in order (pull-based events, house style).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prfaas.kvcache import CacheIdentity, HashScheme
+from prfaas.kvcache.layout import GroupKind
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CacheIdentityBody(_Body):
+    block_tokens: int
+    model_fingerprint: str
+    seed: int
+    algorithm: str
+    group_kinds: list[str]
+
+    @classmethod
+    def of(cls, identity: CacheIdentity) -> CacheIdentityBody:
+        s = identity.scheme
+        return cls(
+            block_tokens=s.block_tokens,
+            model_fingerprint=s.model_fingerprint,
+            seed=s.seed,
+            algorithm=identity.algorithm,
+            group_kinds=[k.value for k in identity.group_kinds],
+        )
+
+    def identity(self) -> CacheIdentity:
+        scheme = HashScheme(self.block_tokens, self.model_fingerprint, self.seed)
+        return CacheIdentity(scheme, self.algorithm, tuple(GroupKind(k) for k in self.group_kinds))
+
+
+class InstanceInfo(_Body):
+    name: str
+    role: str
+    cluster: str
+    boot_id: str
+    model: str
+    max_context_tokens: int
+    transfer_host: str
+    transfer_port: int
+    kv_bytes_per_token: float
+    kv_capacity_bytes: int
+    max_batch_size: int
+    cache: CacheIdentityBody
+
+
+class CacheEventBody(_Body):
+    seq: int
+    stored: bool
+    group: int
+    block_hash: int
+
+
+class LinkBody(_Body):
+    """One sender link's telemetry (`prfaas.transfer.LinkSignals`, the fields routing uses)."""
+
+    peer: str
+    egress_bytes_per_s: float
+    bytes_waiting: int
+    bytes_in_flight: int
+    bytes_acked_total: int
+    rtt_s: float | None
+
+
+class InstanceState(_Body):
+    boot_id: str
+    links: list[LinkBody] = []
+    num_waiting: int
+    num_running: int
+    free_pages: int
+    events: list[CacheEventBody]
+    next_seq: int
+
+
+class TokenizeRequest(_Body):
+    text: str
+
+
+class TokenizeResult(_Body):
+    token_ids: list[int]
+
+
+class Sampling(_Body):
+    max_tokens: int = Field(gt=0)
+    temperature: float = Field(ge=0)
+    top_p: float = Field(gt=0, le=1)
+    top_k: int = Field(ge=0)
+    seed: int
+    stop: list[str] = []
+    ignore_eos: bool = False
+
+
+class PrefillRequest(_Body):
+    request_id: str = Field(min_length=1, max_length=100)
+    token_ids: list[int] = Field(min_length=1)
+    sampling: Sampling
+    decode_transfer_host: str
+    decode_transfer_port: int
+    from_token: int = 0
+
+
+class PrefillResult(_Body):
+    request_id: str
+    first_token: int
+    hit_tokens: int
+    kv_bytes: int
+    num_slices: int
+    prefill_s: float
+    transfer_s: float
+
+
+class DecodeRequest(_Body):
+    request_id: str = Field(min_length=1, max_length=100)
+    token_ids: list[int] = Field(min_length=1)
+    first_token: int
+    sampling: Sampling
+
+
+class DecodeChunk(_Body):
+    """One token (`text` is the newly printable text), or the final line with `finish_reason`,
+    or an `error` that ended the request."""
+
+    token_id: int | None = None
+    text: str = ""
+    finish_reason: str | None = None
+    num_prompt_tokens: int = 0
+    num_completion_tokens: int = 0
+    full_text: str | None = None
+    error: str | None = None

@@ -1,0 +1,173 @@
+"""The router's live view of the deployment: instances, their cache events, health, the link.
+
+The router pulls every instance's `/state` each `poll_interval_s` (load, new cache events in
+sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered
+with the global index, dropping what it held (pain point 8). An instance that does not answer,
+or that failed a request, is marked unhealthy: `is_accepting` is False in the `ClusterView`,
+so the scheduler places nothing on it, and its cache entries leave the index until it is back.
+
+`view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
+KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
+engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
+from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
+from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
+from prfaas.serve import protocol as p
+from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.errors import IncompatibleInstanceError
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+ROLES = {
+    InstanceRole.PRFAAS_PREFILL: Role.PRFAAS,
+    InstanceRole.PD_PREFILL: Role.PD_PREFILL,
+    InstanceRole.PD_DECODE: Role.PD_DECODE,
+}
+
+
+@dataclass(slots=True)
+class LiveInstance:
+    spec: InstanceSpec
+    info: p.InstanceInfo | None = None
+    is_healthy: bool = False
+    next_seq: int = 0
+    num_waiting: int = 0
+    num_running: int = 0
+    free_pages: int = 0
+    links: tuple[p.LinkBody, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class Registry:
+    def __init__(self, deployment: Deployment, client: httpx.AsyncClient) -> None:
+        self.deployment = deployment
+        self.instances = {s.name: LiveInstance(s) for s in deployment.instances}
+        self.index: GlobalKVCacheIndex | None = None
+        self._client = client
+
+    # --- polling ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Poll forever; one bad poll is reported and never stops the loop."""
+        while True:
+            try:
+                await self.poll_once()
+            except Exception:
+                traceback.print_exc()
+            await asyncio.sleep(self.deployment.router.poll_interval_s)
+
+    async def poll_once(self) -> None:
+        await asyncio.gather(*(self._poll(i) for i in self.instances.values()))
+
+    async def _poll(self, inst: LiveInstance) -> None:
+        try:
+            state = await self._get(inst, f"/state?since={inst.next_seq}", p.InstanceState)
+            if inst.info is None or state.boot_id != inst.info.boot_id or not inst.is_healthy:
+                state = await self._register(inst)
+        except (httpx.HTTPError, ValueError, IncompatibleInstanceError):
+            self.mark_failed(inst.name)
+            return
+        self._apply(inst, state)
+
+    async def _register(self, inst: LiveInstance) -> p.InstanceState:
+        info = await self._get(inst, "/info", p.InstanceInfo)
+        identity = info.cache.identity()
+        if self.index is None:
+            self.index = GlobalKVCacheIndex(identity)
+        if identity != self.index.identity:
+            raise IncompatibleInstanceError(f"{inst.name} hashes blocks differently")
+        self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
+        inst.info, inst.next_seq, inst.is_healthy = info, 0, True
+        return await self._get(inst, "/state?since=0", p.InstanceState)
+
+    def _apply(self, inst: LiveInstance, state: p.InstanceState) -> None:
+        assert self.index is not None
+        instance_id = InstanceId(inst.name)
+        events: list[CacheEvent] = [
+            (BlockStored if e.stored else BlockRemoved)(
+                instance_id, e.group, BlockHash(e.block_hash)
+            )
+            for e in state.events
+            if e.seq >= inst.next_seq
+        ]
+        self.index.apply(events)
+        inst.next_seq = state.next_seq
+        inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
+        inst.free_pages, inst.links = state.free_pages, tuple(state.links)
+
+    async def _get(self, inst: LiveInstance, path: str, kind: type[_Body]) -> _Body:
+        response = await self._client.get(inst.spec.url + path, timeout=2.0)
+        response.raise_for_status()
+        return kind.model_validate_json(response.content)
+
+    def mark_failed(self, name: str) -> None:
+        """Place nothing on it and forget its cache until it answers again."""
+        inst = self.instances[name]
+        inst.is_healthy = False
+        if self.index is not None:
+            with contextlib.suppress(Exception):
+                self.index.remove_instance(InstanceId(name))
+
+    # --- what the scheduler sees -------------------------------------------------------------
+
+    def healthy(self, role: InstanceRole | None = None) -> list[LiveInstance]:
+        return [
+            i
+            for i in self.instances.values()
+            if i.is_healthy and i.info is not None and (role is None or i.spec.role is role)
+        ]
+
+    def view(self, now_s: float) -> ClusterView:
+        views = tuple(
+            InstanceView(
+                InstanceId(i.name),
+                ClusterId(i.spec.cluster),
+                ROLES[i.spec.role],
+                is_accepting=i.is_healthy,
+                kv_capacity_bytes=float(i.info.kv_capacity_bytes if i.info else 0),
+                max_batch_size=i.spec.max_batch_size,
+            )
+            for i in self.instances.values()
+        )
+        return ClusterView(now_s, views, self.link_view())
+
+    def link_view(self) -> LinkView:
+        """The inter-cluster link: the PrfaaS instances' sender telemetry, summed."""
+        links = [link for i in self.healthy(InstanceRole.PRFAAS_PREFILL) for link in i.links]
+        rtts = [link.rtt_s for link in links if link.rtt_s is not None]
+        return LinkView(
+            capacity_bytes_per_s=self.deployment.link.rate_bytes_per_s,
+            egress_bytes_per_s=sum(link.egress_bytes_per_s for link in links),
+            bytes_waiting=float(sum(link.bytes_waiting for link in links)),
+            rtt_s=sum(rtts) / len(rtts) if rtts else 0.0,
+        )
+
+    def hit_tokens(self, token_ids: Sequence[int]) -> dict[InstanceId, int]:
+        if self.index is None or len(token_ids) < 2:
+            return {}
+        scheme = self.index.identity.scheme
+        hashes = scheme.hash_tokens(list(token_ids[:-1]))
+        max_hit = (len(token_ids) - 1) // scheme.block_tokens
+        match = self.index.match(hashes, max_hit)
+        return {i: blocks * scheme.block_tokens for i, blocks in match.per_instance.items()}
+
+    def max_context_tokens(self) -> int:
+        infos = [i.info for i in self.healthy() if i.info is not None]
+        return min((info.max_context_tokens for info in infos), default=0)

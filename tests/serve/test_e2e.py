@@ -1,0 +1,204 @@
+"""End to end: the default deployment as real processes on loopback, the official openai client.
+
+One deployment for the module (start-up loads three engines, ~25 s on 2 cores); the fault
+test runs last because it kills instances. Every process is stopped even when a test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from prfaas.serve.config import RouterSpec, default_deployment
+from prfaas.serve.launcher import Launcher
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "tiny-qwen3-next"
+SHORT = "Hello there"
+LONG = "The quick brown fox jumps over the lazy dog. " * 6  # 270 tokens > t = 96
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
+    deployment = default_deployment().model_copy(update={"router": RouterSpec(port=0)})
+    launcher = Launcher(deployment)
+    launcher.start()
+    try:
+        launcher.wait_healthy(timeout_s=120)
+        yield launcher
+    finally:
+        launcher.stop()
+    assert all(child.poll() is not None for child in launcher.children.values())
+
+
+@pytest.fixture(scope="module")
+def client(launcher: Launcher) -> openai.OpenAI:
+    return openai.OpenAI(base_url=launcher.url + "/v1", api_key="none", timeout=60, max_retries=0)
+
+
+def _complete(client: openai.OpenAI, prompt: str, max_tokens: int = 12) -> tuple[str, dict]:
+    out = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0
+    )
+    extra = out.model_extra or {}
+    return out.choices[0].text, extra["prfaas"]
+
+
+def _generate_cli(prompt: str, max_tokens: int) -> str:
+    argv = [sys.executable, "-m", "prfaas", "generate", "--prompt", prompt]
+    argv += ["--max-tokens", str(max_tokens), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    return str(json.loads(done.stdout)["text"])
+
+
+def test_same_text_on_every_path_and_single_engine(client: openai.OpenAI) -> None:
+    short_text, short_info = _complete(client, SHORT)
+    long_text, long_info = _complete(client, LONG)
+    assert short_info["path"] == "pd-p"
+    assert long_info["path"] == "prfaas"
+    assert long_info["kv_bytes"] > short_info["kv_bytes"] > 0
+    assert short_text == _generate_cli(SHORT, 12)
+    assert long_text == _generate_cli(LONG, 12)
+
+
+def test_streaming_equals_non_streaming(client: openai.OpenAI) -> None:
+    for prompt in (SHORT, LONG):
+        text, _ = _complete(client, prompt, 20)
+        stream = client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=20, temperature=0, stream=True
+        )
+        assert "".join(c.choices[0].text for c in stream if c.choices) == text
+
+
+def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0
+    )
+    assert out.usage is not None and out.usage.completion_tokens == 5
+    assert out.choices[0].message.role == "assistant"
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=5,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        out.choices[0].message.content
+    )
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI) -> None:
+    _complete(client, "short prompt below t")
+    _complete(client, "A different long prompt that is well above the threshold. " * 5)
+    state = httpx.get(launcher.url + "/admin/state").json()
+    assert state["threshold_tokens"] == 96
+    recent = state["recent_decisions"][-2:]
+    assert [d["path"] for d in recent] == ["pd-p", "prfaas"]
+    assert recent[0]["reason"].endswith("short-at-pd")
+    assert recent[1]["reason"].endswith("long-to-prfaas")
+    assert {i["role"] for i in state["instances"]} == {"prfaas-prefill", "pd-prefill", "pd-decode"}
+    families = {
+        f.name: f for f in text_string_to_metric_families(httpx.get(launcher.url + "/metrics").text)
+    }
+    counts = {
+        s.labels["path"]: s.value
+        for s in families["prfaas:time_to_first_token_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    assert counts["pd-p"] >= 1 and counts["prfaas"] >= 1
+    reasons = families["prfaas:routing_decisions"].samples
+    assert any(s.labels.get("reason") == recent[1]["reason"] for s in reasons)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"{not json", 400),
+        (b"[1, 2]", 400),
+        (json.dumps({"model": MODEL}).encode(), 400),
+        (json.dumps({"model": MODEL, "prompt": 5}).encode(), 400),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": "16"}).encode(), 400),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": -1}).encode(), 400),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10**12}).encode(), 400),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 4095}).encode(), 400),
+        (json.dumps({"model": MODEL, "prompt": "y" * 5000}).encode(), 400),
+        (json.dumps({"model": "gpt-4", "prompt": "x"}).encode(), 404),
+        (json.dumps({"model": MODEL, "prompt": "z" * 2_000_000}).encode(), 413),
+    ],
+)
+def test_bad_input_gets_openai_error(launcher: Launcher, body: bytes, status: int) -> None:
+    response = httpx.post(
+        launcher.url + "/v1/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["message"] and error["type"]
+    assert httpx.get(launcher.url + "/health").status_code == 200
+
+
+def test_client_disconnect_cancels_the_request(launcher: Launcher) -> None:
+    body = {"model": MODEL, "prompt": SHORT, "max_tokens": 3000, "temperature": 0}
+    body |= {"stream": True, "ignore_eos": True}
+    with httpx.stream("POST", launcher.url + "/v1/completions", json=body, timeout=30) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = httpx.get(launcher.url + "/admin/state").json()
+        decode = next(i for i in state["instances"] if i["role"] == "pd-decode")
+        if decode["running"] == 0 and state["recent_decisions"][-1]["status"] != "running":
+            break
+        time.sleep(0.2)
+    assert decode["running"] == 0
+    assert state["recent_decisions"][-1]["status"] == "failed"
+
+
+def test_killed_instances_fail_clearly_and_are_avoided(
+    launcher: Launcher, client: openai.OpenAI
+) -> None:
+    """Runs last: kills the PrfaaS prefill instance, then the decode instance mid-stream."""
+    launcher.children["prfaas-0"].send_signal(signal.SIGKILL)
+    launcher.children["prfaas-0"].wait(timeout=10)
+    fresh = "A long prompt nobody has sent before, for the fault test. " * 5
+    _, info = _complete(client, fresh)  # retried or placed on PD-P: never a hang
+    assert info["path"] == "pd-p" and info["reason"] == "no-prfaas-instance"
+
+    stream = client.completions.create(
+        model=MODEL,
+        prompt=SHORT,
+        max_tokens=3000,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    started = time.monotonic()
+    with pytest.raises(openai.APIError):
+        for i, _ in enumerate(stream):
+            if i == 2:
+                launcher.children["pdd-0"].send_signal(signal.SIGKILL)
+    assert time.monotonic() - started < 30
+    with pytest.raises(openai.APIStatusError) as caught:
+        _complete(client, SHORT)
+    assert caught.value.status_code in (502, 503)
+    assert httpx.get(launcher.url + "/health").status_code == 503
