@@ -128,6 +128,55 @@ def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI
     assert any(s.labels.get("reason") == recent[1]["reason"] for s in reasons)
 
 
+def _hit_tokens_metric(launcher: Launcher) -> dict[str, float]:
+    text = httpx.get(launcher.url + "/metrics").text
+    family = next(
+        f for f in text_string_to_metric_families(text) if f.name == "prfaas:prefix_hit_tokens"
+    )
+    return {s.labels["path"]: s.value for s in family.samples if s.name.endswith("_total")}
+
+
+def _wait_router_saw_cache_events(launcher: Launcher, name: str) -> None:
+    """Until the router applied every cache event `name` had published when this was called."""
+    url = launcher.deployment.instance(name).url
+    published = httpx.get(url + "/state", params={"since": 10**9}).json()["next_seq"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        state = httpx.get(launcher.url + "/admin/state").json()
+        seen = next(i for i in state["instances"] if i["name"] == name)
+        if seen["cache_events_applied"] >= published:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the router never applied {name}'s cache events")
+
+
+def test_repeated_long_prompt_reuses_its_cached_prefix(
+    launcher: Launcher, client: openai.OpenAI
+) -> None:
+    """Issue 8: the second send restores the prefix the first left on the PrfaaS instance."""
+    prompt = "A long prompt that is sent twice and served from the prefix cache. " * 5
+    hits_before = _hit_tokens_metric(launcher).get("prfaas", 0.0)
+    first_text, first = _complete(client, prompt)
+    assert (first["path"], first["hit_tokens"]) == ("prfaas", 0)
+    _wait_router_saw_cache_events(launcher, first["prefill_instance"])
+    second_text, second = _complete(client, prompt)
+    assert second_text == first_text
+    assert second["path"] == "prfaas" and second["reason"] == "plentiful-no-move-long-to-prfaas"
+    assert second["prefill_instance"] == first["prefill_instance"]
+    state = httpx.get(launcher.url + "/admin/state").json()
+    record = state["recent_decisions"][-1]
+    prompt_tokens = record["input_tokens"]
+    block = 16
+    # Every full block of prompt[:-1] is restored: the last token is never a hit.
+    assert second["hit_tokens"] == (prompt_tokens - 1) // block * block > 0
+    assert record["reused_prefix_tokens"] == record["hit_tokens"] == second["hit_tokens"]
+    assert record["uncached_tokens"] == prompt_tokens - second["hit_tokens"]
+    assert record["mode"] == "plentiful"
+    assert _hit_tokens_metric(launcher)["prfaas"] - hits_before == second["hit_tokens"]
+    prfaas = next(i for i in state["instances"] if i["name"] == first["prefill_instance"])
+    assert prfaas["indexed_cache_blocks"] > 0
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [

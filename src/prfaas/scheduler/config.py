@@ -41,6 +41,9 @@ class SchedulerConfig:
     finishes the request within (1 + epsilon) of the earliest possible finish (pain point 6).
     `prfaas_surge_s`: PrfaaS queued work (s) above which a long request goes to PD-P if PD-P
     would finish it sooner. `dynamo_busy_s`: the Dynamo baseline's "prefill queue busy" bound.
+    `can_move_cache`: whether the host carries out `CacheMove`s (the simulator does; the live
+    router does not yet). When False the plentiful rule judges each path by the prefix its own
+    cluster holds, exactly as the scarce rule does, and no decision carries a move.
     """
 
     prfaas_profile: PerfProfile | None
@@ -50,6 +53,7 @@ class SchedulerConfig:
     load_slack: float = 0.25
     prfaas_surge_s: float = 10.0
     dynamo_busy_s: float = 10.0
+    can_move_cache: bool = True
 
     def prefill_s(self, on_prfaas: bool, uncached_tokens: int) -> float:
         """Estimated prefill time of `uncached_tokens` on either cluster's chips."""

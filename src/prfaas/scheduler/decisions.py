@@ -32,6 +32,10 @@ class Reason(StrEnum):
     # PrfaaS policy, bandwidth plentiful: l_total - max(l_prfaas, l_pd) against t.
     PLENTIFUL_SHORT_AT_PD = "plentiful-short-at-pd"
     PLENTIFUL_LONG_TO_PRFAAS = "plentiful-long-to-prfaas"
+    # Bandwidth plentiful but the host cannot move cache (`can_move_cache` False): l_total - l_pd
+    # against t, each path restoring only its own cluster's prefix.
+    PLENTIFUL_NO_MOVE_SHORT_AT_PD = "plentiful-no-move-short-at-pd"
+    PLENTIFUL_NO_MOVE_LONG_TO_PRFAAS = "plentiful-no-move-long-to-prfaas"
     # PrfaaS policy gates that override the length rule.
     LINK_CONGESTED = "link-congested"
     LINK_CONGESTED_PD_P_BUSIER = "link-congested-pd-p-busier"

@@ -7,6 +7,8 @@ for all of them. Rules of `PrfaasPolicy.choose`, in order (l = input tokens, t =
     mode = SCARCE or PLENTIFUL from link pressure (bandwidth.py, with hysteresis)
     SCARCE:    remote iff l - l_pd > t                     (each cluster's cache alone)
     PLENTIFUL: remote iff l - max(l_prfaas, l_pd) > t      (move the longer prefix across)
+    PLENTIFUL, host cannot move cache (config.can_move_cache False):
+               remote iff l - l_pd > t                     (as SCARCE; reason *-no-move-*)
     remote but no PrfaaS instance          -> PD-P  NO_PRFAAS_INSTANCE
     remote but KV would lag prefill by more than max_transfer_lag_s:
         PD-P finishes the prefill before the KV would be across -> PD-P  LINK_CONGESTED
@@ -64,6 +66,15 @@ class PrfaasPolicy:
         if mode is BandwidthMode.SCARCE:
             remote = request.input_tokens - l_pd > self.threshold_tokens
             reason = Reason.SCARCE_LONG_TO_PRFAAS if remote else Reason.SCARCE_SHORT_AT_PD
+        elif not self.config.can_move_cache:
+            # Nothing can cross: PD-P restores l_pd and PrfaaS l_prfaas, never the other's. Judging
+            # by max(l_prfaas, l_pd) would send a prompt cached only at PrfaaS to PD-P cold.
+            remote = request.input_tokens - l_pd > self.threshold_tokens
+            reason = (
+                Reason.PLENTIFUL_NO_MOVE_LONG_TO_PRFAAS
+                if remote
+                else Reason.PLENTIFUL_NO_MOVE_SHORT_AT_PD
+            )
         else:
             remote = request.input_tokens - max(l_pd, l_prfaas) > self.threshold_tokens
             reason = Reason.PLENTIFUL_LONG_TO_PRFAAS if remote else Reason.PLENTIFUL_SHORT_AT_PD

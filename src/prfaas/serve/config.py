@@ -132,10 +132,11 @@ def load_deployment(path: Path | None) -> Deployment:
     except OSError as err:
         raise DeploymentError(f"cannot read {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise DeploymentError(f"{path} is not valid YAML: {err}") from None
+        detail = " ".join(str(err).split())  # PyYAML's message spans several lines
+        raise DeploymentError(f"{path} is not valid YAML: {detail}") from None
     except ValidationError as err:
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
         raise DeploymentError(f"{path}: {where}: {first['msg']}") from None
 
 

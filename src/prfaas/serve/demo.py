@@ -75,12 +75,12 @@ def _run_requests(launcher: Launcher) -> list[DemoRow]:
 def _print(rows: list[DemoRow], threshold_tokens: int) -> None:
     print(f"\nthreshold t = {threshold_tokens} uncached tokens\n")
     print(
-        f"{'#':>2} {'request':15} {'tokens':>6} {'path':7} {'reason':26} "
+        f"{'#':>2} {'request':15} {'tokens':>6} {'path':7} {'reason':32} "
         f"{'hit':>5} {'KV bytes':>9} {'TTFT ms':>8}"
     )
     for i, r in enumerate(rows):
         print(
-            f"{i:>2} {r.kind:15} {r.prompt_tokens:>6} {r.path:7} {r.reason:26} "
+            f"{i:>2} {r.kind:15} {r.prompt_tokens:>6} {r.path:7} {r.reason:32} "
             f"{r.hit_tokens:>5} {r.kv_bytes:>9,} {r.ttft_s * 1e3:>8.1f}"
         )
     print("\nsummary")

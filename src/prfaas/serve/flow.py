@@ -4,7 +4,9 @@
         -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer)
         -> POST decode instance /decode     (NDJSON tokens)  -> yielded to the HTTP edge
 
-The scheduler object is the simulator's, unchanged, fed with wall time since router start.
+The scheduler object is the simulator's, unchanged, fed with wall time since router start and
+told that this host does not move cached prefixes across clusters (`can_move_cache=False`):
+a prefill instance restores only its own hits, so the scheduler must not count on a move.
 Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`): the
 failed instance is marked unhealthy, the registry re-polled, and the request placed again, so
 a dead instance costs a retry, not an error. After the first token a failure ends the request
@@ -77,6 +79,7 @@ class RouterRuntime:
                 prfaas_profile=profile,
                 pd_profile=profile,
                 threshold_tokens=self.deployment.threshold_tokens,
+                can_move_cache=False,  # cross-cluster prefix moves are not carried out live yet
             )
             self._scheduler = GlobalScheduler(PrfaasPolicy(config), config)
         return self._scheduler

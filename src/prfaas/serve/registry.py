@@ -168,6 +168,13 @@ class Registry:
         match = self.index.match(hashes, max_hit)
         return {i: blocks * scheme.block_tokens for i, blocks in match.per_instance.items()}
 
+    def indexed_blocks(self, name: str) -> int:
+        """Block entries (all groups) the global index holds for instance `name`."""
+        instance_id = InstanceId(name)
+        if self.index is None or instance_id not in self.index.instances:
+            return 0
+        return self.index.num_entries(instance_id)
+
     def max_context_tokens(self) -> int:
         infos = [i.info for i in self.healthy() if i.info is not None]
         return min((info.max_context_tokens for info in infos), default=0)

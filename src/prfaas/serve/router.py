@@ -197,6 +197,8 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "running": i.num_running,
                 "waiting": i.num_waiting,
                 "free_pages": i.free_pages,
+                "cache_events_applied": i.next_seq,
+                "indexed_cache_blocks": rt.registry.indexed_blocks(i.name),
             }
             for i in rt.registry.instances.values()
         ],

@@ -1,0 +1,141 @@
+"""The OpenAI edge: strict request parsing with the right error class, and response shapes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from prfaas.serve.errors import BadRequestError, PayloadTooLargeError, ServeError
+from prfaas.serve.openai_api import (
+    MAX_TOKENS_LIMIT,
+    ChatCompletionRequest,
+    CompletionRequest,
+    choice,
+    envelope,
+    parse_body,
+    usage,
+)
+
+LIMIT = 10_000
+
+
+def _raw(**fields: Any) -> bytes:
+    return json.dumps({"model": "m", **fields}).encode()
+
+
+def test_a_completion_with_defaults() -> None:
+    req = parse_body(_raw(prompt="hi"), CompletionRequest, LIMIT)
+    assert (req.text, req.max_tokens, req.temperature, req.stream, req.stops) == (
+        "hi",
+        None,
+        1.0,
+        False,
+        [],
+    )
+    assert not req.include_usage
+
+
+def test_options_are_read() -> None:
+    raw = _raw(
+        prompt=["one prompt"],
+        max_tokens=7,
+        temperature=0,
+        seed=3,
+        stop="\n",
+        stream=True,
+        stream_options={"include_usage": True},
+        ignore_eos=True,
+        logit_bias={"1": 2},  # unknown options are ignored, as OpenAI-compatible servers do
+    )
+    req = parse_body(raw, CompletionRequest, LIMIT)
+    assert (req.text, req.max_tokens, req.seed, req.stops) == ("one prompt", 7, 3, ["\n"])
+    assert req.stream and req.include_usage and req.ignore_eos
+    assert parse_body(_raw(prompt="x", stop=["a", "b"]), CompletionRequest, LIMIT).stops == [
+        "a",
+        "b",
+    ]
+
+
+def test_chat_transcript_and_max_completion_tokens() -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    req = parse_body(_raw(messages=messages, max_completion_tokens=4), ChatCompletionRequest, LIMIT)
+    assert req.text == "system: be brief\nuser: hi\nassistant:"
+    assert req.max_completion_tokens == 4
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "message"),
+    [
+        (b"{not json", CompletionRequest, "the body is not valid JSON"),
+        (b"\xff\xfe", CompletionRequest, "the body is not valid JSON"),
+        (b"[1, 2]", CompletionRequest, "the body must be a JSON object"),
+        (json.dumps({"prompt": "x"}).encode(), CompletionRequest, "model: Field required"),
+        (_raw(), CompletionRequest, "prompt: Field required"),
+        (_raw(prompt=5), CompletionRequest, "prompt.str: Input should be a valid string"),
+        (_raw(prompt=""), CompletionRequest, "the prompt is empty"),
+        (_raw(prompt=["a", "b"]), CompletionRequest, "exactly one prompt per request"),
+        (_raw(prompt="x", max_tokens="16"), CompletionRequest, "max_tokens: Input should be"),
+        (_raw(prompt="x", max_tokens=0), CompletionRequest, "max_tokens: Input should be"),
+        (_raw(prompt="x", max_tokens=-1), CompletionRequest, "max_tokens: Input should be"),
+        (
+            _raw(prompt="x", max_tokens=MAX_TOKENS_LIMIT + 1),
+            CompletionRequest,
+            "max_tokens: Input should be less than or equal to 1000000",
+        ),
+        (_raw(prompt="x", temperature=3), CompletionRequest, "temperature"),
+        (_raw(prompt="x", top_p=0), CompletionRequest, "top_p"),
+        (_raw(prompt="x", n=2), CompletionRequest, "n: Input should be less than or equal to 1"),
+        (_raw(prompt="x", stream="yes"), CompletionRequest, "stream: Input should be"),
+        (_raw(messages=[]), ChatCompletionRequest, "messages: List should have at least 1"),
+        (
+            _raw(messages=[{"role": "tool", "content": "x"}]),
+            ChatCompletionRequest,
+            "messages.0.role: Input should be 'system', 'user' or 'assistant'",
+        ),
+        (
+            _raw(messages=[{"role": "user", "content": 1}]),
+            ChatCompletionRequest,
+            "messages.0.content: Input should be a valid string",
+        ),
+    ],
+)
+def test_bad_bodies_are_400_naming_the_field(
+    raw: bytes, kind: type[CompletionRequest | ChatCompletionRequest], message: str
+) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        parse_body(raw, kind, LIMIT)
+    assert message in str(caught.value)
+    body = caught.value.body()["error"]
+    assert (caught.value.status_code, body["type"]) == (400, "invalid_request_error")
+
+
+def test_an_oversized_body_is_413_before_it_is_parsed() -> None:
+    with pytest.raises(PayloadTooLargeError) as caught:
+        parse_body(b"x" * (LIMIT + 1), CompletionRequest, LIMIT)
+    assert caught.value.status_code == 413
+    assert isinstance(caught.value, ServeError)
+
+
+def test_response_shapes() -> None:
+    assert usage(3, 4) == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert choice(False, "a", "eos", delta=False) == {
+        "index": 0,
+        "text": "a",
+        "finish_reason": "stop",
+        "logprobs": None,
+    }
+    chat = choice(True, "b", "length", delta=True)
+    assert chat["delta"] == {"role": "assistant", "content": "b"}
+    assert chat["finish_reason"] == "length"
+    assert choice(True, "c", None, delta=False)["message"]["content"] == "c"
+    body = envelope(True, "cmpl-1", "m", chunk=True, choices=[])
+    assert (body["id"], body["object"], body["model"], body["choices"]) == (
+        "cmpl-1",
+        "chat.completion.chunk",
+        "m",
+        [],
+    )
+    assert envelope(False, "cmpl-2", "m", chunk=True)["object"] == "text_completion"
+    assert envelope(True, "cmpl-3", "m", chunk=False)["object"] == "chat.completion"
