@@ -8,7 +8,7 @@ import sys
 import typer
 
 from prfaas import __version__
-from prfaas.cli import generate, kv_throughput, plan, serve, simulate
+from prfaas.cli import bench, generate, kv_throughput, plan, serve, simulate
 from prfaas.specs.errors import SpecError
 
 app = typer.Typer(
@@ -43,6 +43,7 @@ app.command("instance")(serve.instance)
 app.command("router")(serve.router)
 app.command("up")(serve.up)
 app.command("demo")(serve.demo)
+app.command("bench")(bench.command)
 
 
 def main() -> None:

@@ -1,0 +1,206 @@
+"""`prfaas bench`: replay a trace or synthetic load against an OpenAI-compatible endpoint.
+
+The shell around `prfaas.bench`: flags to arrivals and config, a rich progress bar while the
+run goes, then a table (or `--json`, `--save`) of the `prfaas.metrics/1` summary. A run that
+stops early (unreachable server, wrong endpoint, malformed trace line, Ctrl-C) prints the
+partial report of what completed, then one line on stderr, and exits 1; a flag error exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from prfaas.bench import (
+    Arrival,
+    BenchConfig,
+    BenchError,
+    BenchResult,
+    TokenUnit,
+    WorkloadSpecError,
+    count_trace_requests,
+    parse_workload_spec,
+    run_bench,
+    synthetic_arrivals,
+    trace_arrivals,
+)
+from prfaas.metrics import MetricsSummary, RequestRecord, Slo
+
+DEFAULT_SYNTHETIC_REQUESTS = 100
+
+
+def parse_goodput(spec: str) -> Slo:
+    """`ttft:MS,tpot:MS` (either or both; commas or spaces) -> an Slo in seconds."""
+    limits: dict[str, float] = {}
+    for item in spec.replace(",", " ").split():
+        name, _, raw = item.partition(":")
+        if name not in ("ttft", "tpot") or not raw:
+            raise WorkloadSpecError(f"--goodput: bad item {item!r} (use ttft:MS,tpot:MS)")
+        try:
+            limits[name] = float(raw) / 1000.0
+        except ValueError:
+            raise WorkloadSpecError(f"--goodput: {raw!r} is not milliseconds") from None
+    if not limits:
+        raise WorkloadSpecError("--goodput: give ttft:MS and/or tpot:MS")
+    return Slo(ttft_s=limits.get("ttft"), tpot_s=limits.get("tpot"))
+
+
+def _arrivals(
+    trace: Path | None,
+    workload: str | None,
+    *,
+    time_scale: float | None,
+    rate: float | None,
+    burstiness: float | None,
+    num_requests: int | None,
+    seed: int,
+) -> tuple[Iterable[Arrival], int, str]:
+    """Arrivals, how many, and a description; flag combinations checked here."""
+    if (trace is None) == (workload is None):
+        raise WorkloadSpecError("give exactly one of --trace and --workload")
+    if trace is not None:
+        if rate is not None or burstiness is not None:
+            raise WorkloadSpecError("--rate and --burstiness apply to --workload, not --trace")
+        total = count_trace_requests(trace, num_requests)
+        scale = 1.0 if time_scale is None else time_scale
+        return trace_arrivals(trace, scale, num_requests), total, f"trace {trace} x{scale:g}"
+    assert workload is not None
+    if time_scale is not None:
+        raise WorkloadSpecError("--time-scale applies to --trace; use --rate with --workload")
+    spec = parse_workload_spec(workload)
+    num = DEFAULT_SYNTHETIC_REQUESTS if num_requests is None else num_requests
+    rate_per_s = math.inf if rate is None else rate
+    shape = 1.0 if burstiness is None else burstiness
+    arrivals = synthetic_arrivals(spec, num, rate_per_s, shape, seed)
+    return arrivals, num, f"{workload} at {rate_per_s:g} req/s, burstiness {shape:g}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.1f}"
+
+
+def _render(summary: MetricsSummary, result: BenchResult, source: str) -> None:
+    table = Table(title=f"prfaas bench: {result.model} at {result.endpoint}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    s = summary
+    table.add_row("workload", source)
+    table.add_row("requests completed / failed", f"{s.num_completed} / {s.num_failed}")
+    table.add_row("duration (s)", f"{s.duration_s:.2f}")
+    table.add_row("request throughput (req/s)", f"{s.request_throughput_per_s:.2f}")
+    table.add_row(
+        "input / output tokens per s",
+        f"{s.input_token_throughput_per_s:.1f} / {s.output_token_throughput_per_s:.1f}",
+    )
+    if s.goodput_per_s is not None:
+        table.add_row("goodput (req/s)", f"{s.goodput_per_s:.2f}")
+    for name, dist in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s), ("ITL", s.itl_s), ("E2E", s.e2e_s)):
+        cells = " / ".join(_ms(v) for v in (dist.mean, dist.median, dist.p90, dist.p99))
+        table.add_row(f"{name} mean / P50 / P90 / P99 (ms)", cells)
+    if s.paths:
+        table.add_row("paths", ", ".join(f"{k} {v}" for k, v in s.paths.items()))
+    for reason, count in s.failures.items():
+        table.add_row("failed: " + reason, str(count))
+    Console().print(table)
+
+
+def _run(config: BenchConfig, arrivals: Iterable[Arrival], total: int, quiet: bool) -> BenchResult:
+    """Run with a progress bar; Ctrl-C keeps what finished (requests in flight are dropped)."""
+    done: list[RequestRecord] = []
+    failed = [0]
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True, disable=quiet) as bar:
+        task = bar.add_task("benchmarking", total=total)
+
+        def on_record(record: RequestRecord) -> None:
+            done.append(record)
+            failed[0] += not record.is_completed
+            bar.update(task, advance=1, description=f"benchmarking ({failed[0]} failed)")
+
+        try:
+            return asyncio.run(run_bench(config, arrivals, on_record))
+        except KeyboardInterrupt:
+            ends = [r.last_token_s for r in done if r.last_token_s is not None]
+            return BenchResult(
+                config.endpoint, config.model, tuple(done), max(ends, default=0.0), "interrupted"
+            )
+
+
+def command(
+    *,
+    endpoint: Annotated[str, typer.Option("--endpoint", help="Server root or .../v1 URL.")],
+    trace: Annotated[Path | None, typer.Option("--trace", help="Mooncake JSONL trace.")] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option("--workload", help="e.g. lognormal:mu=9.9,sigma=1,min=128,max=131072,out=256"),
+    ] = None,
+    time_scale: Annotated[
+        float | None, typer.Option("--time-scale", help="Multiply trace gaps (0.5 = 2x rate).")
+    ] = None,
+    rate: Annotated[float | None, typer.Option("--rate", help="Requests/s (default inf).")] = None,
+    burstiness: Annotated[
+        float | None, typer.Option("--burstiness", help="Gamma shape: 1 Poisson, <1 bursty.")
+    ] = None,
+    max_concurrency: Annotated[
+        int, typer.Option("--max-concurrency", help="Requests in flight at most.")
+    ] = 256,
+    goodput: Annotated[
+        str | None, typer.Option("--goodput", help="SLOs in ms, e.g. ttft:2000,tpot:50.")
+    ] = None,
+    num_requests: Annotated[
+        int | None, typer.Option("--num-requests", help="Synthetic count / trace prefix.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model id (default: first in /v1/models).")
+    ] = None,
+    token_unit: Annotated[
+        TokenUnit, typer.Option("--token-unit", help="byte (tiny presets) or word (BPE).")
+    ] = TokenUnit.BYTE,
+    seed: Annotated[int, typer.Option("--seed", help="Lengths, gaps and prompt text.")] = 0,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Per-request limit (s).")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")] = False,
+    save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON here.")] = None,
+) -> None:
+    """Replay a Mooncake trace or synthetic load against an OpenAI-compatible endpoint and
+    report TTFT, TPOT, ITL, E2E, throughput and goodput (docs/bench.md)."""
+    try:
+        slo = None if goodput is None else parse_goodput(goodput)
+        arrivals, total, source = _arrivals(
+            trace,
+            workload,
+            time_scale=time_scale,
+            rate=rate,
+            burstiness=burstiness,
+            num_requests=num_requests,
+            seed=seed,
+        )
+        config = BenchConfig(endpoint, model, max_concurrency, timeout_s, token_unit, seed)
+        result = _run(config, arrivals, total, quiet=as_json)
+    except BenchError as err:
+        print(f"prfaas: error: {err}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    report = result.to_json(slo, source)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        _render(result.summary(slo), result, source)
+    if save is not None:
+        save.write_text(json.dumps(report, indent=2) + "\n")
+    if result.stopped is not None:
+        print(f"prfaas: error: {result.stopped} (partial report above)", file=sys.stderr)
+        raise typer.Exit(1)
