@@ -1,7 +1,9 @@
 """End to end: the default deployment as real processes on loopback, the official openai client.
 
 One deployment for the module (start-up loads three engines, ~25 s on 2 cores); the fault
-test runs last because it kills instances. Every process is stopped even when a test fails.
+test runs last because it kills instances. Every process is stopped even when a test fails,
+and the link's network namespaces are gone afterwards. The deployment's `link.shaping` is the
+default `auto`: as root with iproute2 every test runs over the kernel-shaped link.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from prfaas.serve.config import RouterSpec, default_deployment
 from prfaas.serve.launcher import Launcher
+from prfaas.transfer import linkemu
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +44,15 @@ def launcher() -> Iterator[Launcher]:
     finally:
         launcher.stop()
     assert all(child.poll() is not None for child in launcher.children.values())
+    netns = launcher.deployment.link.netns
+    if netns is not None:
+        left = _netns_names()
+        assert netns.sender_netns not in left and netns.receiver_netns not in left
+
+
+def _netns_names() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +187,63 @@ def test_repeated_long_prompt_reuses_its_cached_prefix(
     assert _hit_tokens_metric(launcher)["prfaas"] - hits_before == second["hit_tokens"]
     prfaas = next(i for i in state["instances"] if i["name"] == first["prefill_instance"])
     assert prfaas["indexed_cache_blocks"] > 0
+
+
+def _tbf(netns: str) -> tuple[int, int]:
+    """(rate in bytes/s, bytes sent) of the one tbf qdisc in namespace `netns` (tc -j)."""
+    out = subprocess.run(
+        ["tc", "-j", "-s", "-n", netns, "qdisc", "show"], capture_output=True, text=True, check=True
+    )
+    (tbf,) = [q for q in json.loads(out.stdout) if q["kind"] == "tbf"]
+    return int(tbf["options"]["rate"]), int(tbf["bytes"])
+
+
+def test_prfaas_kv_crosses_the_kernel_shaped_link(
+    launcher: Launcher, client: openai.OpenAI
+) -> None:
+    """Issue 8 item 4: as root the KV of a PrfaaS request goes through tbf in the namespaces;
+    PD-P KV does not. Byte counts and configuration only, no timings."""
+    reason = linkemu.unavailable_reason(linkemu.LinkSpec(1e9, one_way_delay_s=0.01))
+    if reason is not None:
+        pytest.skip(reason)
+    link = launcher.deployment.link
+    assert link.netns is not None and link.shaping == "kernel"
+    shown = httpx.get(launcher.url + "/admin/state").json()["link"]
+    assert (shown["shaping"], shown["shaping_reason"]) == ("kernel", None)
+    assert shown["netns"] == link.netns.model_dump()
+    assert shown["capacity_bytes_per_s"] == link.rate_bytes_per_s == 125e6
+    assert set(_netns_names()) >= {link.netns.sender_netns, link.netns.receiver_netns}
+
+    prfaas_url = launcher.deployment.instance("prfaas-0").url
+    acked_before = _acked_bytes(prfaas_url)
+    rate_bytes_per_s, sent_before = _tbf(link.netns.sender_netns)
+    _, info = _complete(client, "A long prompt that crosses the shaped link, once. " * 6)
+    assert info["path"] == "prfaas" and info["kv_bytes"] > 0
+    assert rate_bytes_per_s == link.rate_bytes_per_s  # 1 Gbit/s
+    _, sent_after = _tbf(link.netns.sender_netns)
+    kv_on_link = sent_after - sent_before
+    # every KV byte (plus frame and packet headers) left through the shaped device
+    assert info["kv_bytes"] <= kv_on_link < 2 * info["kv_bytes"]
+    assert _acked_bytes(prfaas_url) - acked_before >= info["kv_bytes"]
+    assert all(rate <= link.rate_bytes_per_s for rate in _egress_rates(prfaas_url))
+
+    _, short = _complete(client, "short, local, not shaped")
+    assert short["path"] == "pd-p"
+    assert _tbf(link.netns.sender_netns)[1] - sent_after < short["kv_bytes"]
+    shown = httpx.get(launcher.url + "/admin/state").json()["link"]
+    assert 0 <= shown["egress_bytes_per_s"] <= shown["capacity_bytes_per_s"]
+
+
+def _links(instance_url: str) -> list[dict]:
+    return list(httpx.get(instance_url + "/state", params={"since": 10**9}).json()["links"])
+
+
+def _acked_bytes(instance_url: str) -> int:
+    return sum(int(link["bytes_acked_total"]) for link in _links(instance_url))
+
+
+def _egress_rates(instance_url: str) -> list[float]:
+    return [float(link["egress_bytes_per_s"]) for link in _links(instance_url)]
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@
               (prfaas-prefill or pd-prefill)                  (pd-decode)
 
 Modules: `config` (deployment file, the only place env vars are read), `errors` (the one
-exception tree of the HTTP boundary), `protocol` (router <-> instance bodies), `instance` and
-`worker` (engine process; the only serve modules that import torch, through `prfaas.engine`),
+exception tree of the HTTP boundary), `protocol` (router <-> instance bodies), `instance` (the
+instance process) over a `backend`: `worker` (torch, the only serve module that imports it,
+through `prfaas.engine`) or `emulated` (a catalog model's timing and KV bytes, no compute),
 `kvlink` (sink -> export, user-space link delay), `registry` (the router's live view of the
 deployment), `router` and `openai_api` (the HTTP edge), `metrics`, `launcher`, `demo`.
 The router imports no torch: it tokenizes through an instance. Guide: docs/serving.md.

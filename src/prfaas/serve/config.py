@@ -7,11 +7,16 @@ of them (`prfaas up`). Ports set to 0 are picked free at launch (single-host onl
     model: tiny-qwen3-next
     threshold_tokens: 96            # t: uncached prompt tokens above which prefill goes remote
     router: {host: 127.0.0.1, port: 8000}
-    link: {rate_gbps: 1.0, rtt_ms: 20}
+    link: {rate_gbps: 1.0, rtt_ms: 20, shaping: auto}   # auto: kernel shaping when root
     instances:
       - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas}
       - {name: pdp-0, role: pd-prefill, cluster: pd}
       - {name: pdd-0, role: pd-decode, cluster: pd}
+
+Instances run the `torch` backend (real model compute) by default; `backend: emulated` with a
+`chip` runs a catalog model (`model: prfaas-1t`) without compute, timed by the chip's
+PerfProfile x `emulation.time_factor`, shipping its KV x `emulation.byte_factor` (serve.emulated,
+docs/serving.md). One deployment uses one backend: their KV cannot be exchanged.
 
 The secret comes from the file's `secret` or `PRFAAS_TRANSFER_SECRET` (transfer.config); when
 neither is set the launcher generates one per run and hands it to its children in that variable.
@@ -26,9 +31,11 @@ from enum import StrEnum
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prfaas.serve.errors import DeploymentError
+from prfaas.specs.catalog import get_chip, model_names
+from prfaas.specs.errors import SpecError
 from prfaas.transfer.config import SECRET_ENV_VAR
 
 #: Environment of child processes: offline model hub, one torch thread per process.
@@ -51,6 +58,11 @@ class InstanceRole(StrEnum):
         return self is not InstanceRole.PD_DECODE
 
 
+class Backend(StrEnum):
+    TORCH = "torch"
+    EMULATED = "emulated"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -63,15 +75,58 @@ class RouterSpec(_Strict):
     request_timeout_s: float = Field(default=120.0, gt=0)
 
 
+class LinkShaping(StrEnum):
+    """How the PrfaaS -> PD link is emulated on one host (`prfaas up`)."""
+
+    AUTO = "auto"  # kernel when root with iproute2, else token-bucket (the reason is logged)
+    KERNEL = "kernel"  # tbf on a veth/TUN pair between two network namespaces; fail if impossible
+    TOKEN_BUCKET = "token-bucket"  # the sender's token bucket plus a user-space delay
+
+
+class NamespaceLink(_Strict):
+    """Where the kernel-shaped link lives; written by `prfaas up` once it built it, never by hand.
+    PrfaaS senders open their sockets in `sender_netns`; decode instances also listen in
+    `receiver_netns` at `receiver_ip` on their `transfer_port`."""
+
+    sender_netns: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
+    receiver_netns: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,15}$")
+    sender_ip: str
+    receiver_ip: str
+
+
 class LinkSpec(_Strict):
-    """The PrfaaS -> PD link: a token bucket on the sender plus a user-space delay."""
+    """The PrfaaS -> PD link: kernel-shaped in network namespaces, or a token bucket on the
+    sender plus a user-space delay (`shaping`; `netns` and `shaping_reason` are set by the
+    launcher when it resolves `auto`)."""
 
     rate_gbps: float = Field(default=1.0, gt=0)
     rtt_ms: float = Field(default=20.0, ge=0)
+    shaping: LinkShaping = LinkShaping.AUTO
+    netns: NamespaceLink | None = None
+    shaping_reason: str | None = None
 
     @property
     def rate_bytes_per_s(self) -> float:
         return self.rate_gbps * 1e9 / 8
+
+    @property
+    def is_kernel_shaped(self) -> bool:
+        """Whether this process should use the namespaces (else: token bucket and delay)."""
+        return self.netns is not None
+
+    @property
+    def shaping_in_force(self) -> str:
+        return "kernel" if self.is_kernel_shaped else LinkShaping.TOKEN_BUCKET.value
+
+
+class EmulationSpec(_Strict):
+    """How `emulated` instances scale the modelled deployment (docs/serving.md): every prefill
+    and decode step sleeps `time_factor` x the PerfProfile's time, and every KV payload is
+    `byte_factor` x the model's real cache bytes."""
+
+    time_factor: float = Field(default=1.0, gt=0)
+    byte_factor: float = Field(default=1 / 256, gt=0, le=1)
+    max_context_tokens: int = Field(default=135_168, gt=0)
 
 
 class InstanceSpec(_Strict):
@@ -83,6 +138,23 @@ class InstanceSpec(_Strict):
     transfer_port: int = Field(default=0, ge=0, le=65535)
     capacity_mib: int = Field(default=64, gt=0)
     max_batch_size: int = Field(default=16, gt=0)
+    backend: Backend = Backend.TORCH
+    chip: str | None = None  # emulated only: the catalog chip whose PerfProfile times it
+    gpus_per_instance: int = Field(default=8, gt=0)
+
+    @model_validator(mode="after")
+    def _chip_fits_backend(self) -> InstanceSpec:
+        if self.backend is Backend.TORCH:
+            if self.chip is not None:
+                raise ValueError("chip is for emulated instances only (backend: emulated)")
+            return self
+        if self.chip is None:
+            raise ValueError("an emulated instance needs a chip (e.g. h200, h20)")
+        try:
+            get_chip(self.chip)
+        except SpecError as err:
+            raise ValueError(str(err)) from None
+        return self
 
     @property
     def url(self) -> str:
@@ -98,7 +170,22 @@ class Deployment(_Strict):
     secret: str | None = None
     router: RouterSpec = RouterSpec()
     link: LinkSpec = LinkSpec()
+    emulation: EmulationSpec = EmulationSpec()
     instances: tuple[InstanceSpec, ...]
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> Deployment:
+        backends = {spec.backend for spec in self.instances}
+        if len(backends) > 1:
+            raise ValueError("instances mix the torch and emulated backends (their KV differs)")
+        if Backend.EMULATED in backends and self.model not in model_names():
+            known = ", ".join(model_names())
+            raise ValueError(f"emulated instances need a catalog model (known: {known})")
+        return self
+
+    @property
+    def backend(self) -> Backend:
+        return self.instances[0].backend if self.instances else Backend.TORCH
 
     @property
     def model_name(self) -> str:

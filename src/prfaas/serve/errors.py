@@ -10,12 +10,24 @@
     ├── NoCapacityError             503 (scheduler rejection, no live instance)
     └── InstanceFailedError         502 (an instance died or broke off mid-request)
 
-Instances raise the same types; the router re-raises an instance's 4xx as the same status.
+Instances raise the same types. The router passes an instance's error on faithfully
+(`from_response`): every 4xx, 502, 503 and 504 keeps its status, OpenAI `type` and `code`, as
+the most specific class above (so `except BadRequestError` still works); any other 5xx (the
+instance itself broke: 500, 501, ...) becomes 502 `upstream_error`, since the router did not.
+
+    instance says                                       router answers
+    400 invalid_request_error / context_length_exceeded 400 ContextLengthError, same type, code
+    404 invalid_request_error / model_not_found         404 ModelNotFoundError
+    409 conflict_error (no class of its own)            409 ServeError, same type
+    503 service_unavailable                             503 NoCapacityError
+    500 server_error                                    502 InstanceFailedError (upstream_error)
+
 `error_body` is OpenAI's error JSON: {"error": {"message", "type", "param", "code"}}.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -70,10 +82,41 @@ def error_body(message: str, error_type: str, code: str | None = None) -> dict[s
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
 
 
-def from_status(status_code: int, message: str) -> ServeError:
-    """An instance's error response, as the exception the router raises in turn."""
-    if status_code == 413:
-        return PayloadTooLargeError(message)
-    if 400 <= status_code < 500:
-        return BadRequestError(message)
-    return InstanceFailedError(message)
+#: Statuses an instance's answer keeps at the router, with the class that carries them.
+_KEPT: dict[int, type[ServeError]] = {
+    400: BadRequestError,
+    404: ModelNotFoundError,
+    413: PayloadTooLargeError,
+    502: InstanceFailedError,
+    503: NoCapacityError,
+    504: InstanceFailedError,
+}
+MAX_RAW_MESSAGE_CHARS = 200
+
+
+def from_response(status_code: int, raw: bytes) -> ServeError:
+    """An instance's error response (`raw`: its body), as the exception the router raises in
+    turn: the same status, OpenAI type and code (see the table in the module docstring)."""
+    message, error_type, code = _parse_error(raw)
+    if 400 <= status_code < 500 or status_code in _KEPT:
+        kind = _KEPT.get(status_code, ServeError)
+        if kind is BadRequestError and code == ContextLengthError.code:
+            kind = ContextLengthError
+        err = kind(message)
+        err.status_code = status_code
+        err.error_type = error_type or kind.error_type
+        err.code = code if error_type is not None else kind.code
+        return err
+    return InstanceFailedError(f"instance error {status_code}: {message}")
+
+
+def _parse_error(raw: bytes) -> tuple[str, str | None, str | None]:
+    """(message, type, code) of an OpenAI error body; the raw text and no type otherwise."""
+    try:
+        error = json.loads(raw)["error"]
+        message, error_type, code = error["message"], error["type"], error.get("code")
+    except (ValueError, KeyError, TypeError):
+        return raw.decode(errors="replace")[:MAX_RAW_MESSAGE_CHARS], None, None
+    if not isinstance(error_type, str) or not error_type:
+        error_type = None
+    return str(message), error_type, code if isinstance(code, str) else None

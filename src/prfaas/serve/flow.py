@@ -40,7 +40,7 @@ from prfaas.serve.errors import (
     ContextLengthError,
     InstanceFailedError,
     NoCapacityError,
-    from_status,
+    from_response,
 )
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.profile import LiveProfile
@@ -113,7 +113,7 @@ async def tokenize(rt: RouterRuntime, text: str) -> list[int]:
             rt.registry.mark_failed(inst.name)
             continue
         if response.status_code != 200:
-            raise from_status(response.status_code, _message(response.content))
+            raise from_response(response.status_code, response.content)
         return p.TokenizeResult.model_validate_json(response.content).token_ids
     raise NoCapacityError("no instance is up")
 
@@ -223,7 +223,7 @@ async def _prefill(
     if response.status_code >= 500:
         raise _Retry(f"prefill on {prefill.name}: {_message(response.content)}")
     if response.status_code != 200:
-        raise from_status(response.status_code, _message(response.content))
+        raise from_response(response.status_code, response.content)
     return p.PrefillResult.model_validate_json(response.content)
 
 
@@ -254,7 +254,7 @@ async def _decode(
                 raw = await response.aread()
                 if response.status_code >= 500:
                     raise _Retry(f"decode on {decode.name}: {_message(raw)}")
-                raise from_status(response.status_code, _message(raw))
+                raise from_response(response.status_code, raw)
             is_final = False
             async for line in response.aiter_lines():
                 if not line:

@@ -1,8 +1,13 @@
-"""The instance process: an engine, its HTTP control API and its transfer endpoint.
+"""The instance process: a backend, its HTTP control API and its transfer endpoint.
 
-Prefill roles (`prfaas-prefill`, `pd-prefill`) own a `Sender`; the PrfaaS one is rate-limited
-and delayed like the inter-cluster link (`kvlink`), the PD-P one talks over the local network.
-The decode role (`pd-decode`) owns a `Receiver` writing into an `ArraySink`.
+The backend (`serve.backend`) is the `torch` engine on its own thread (`serve.worker`) or the
+`emulated` one (`serve.emulated`: no compute, no torch import), chosen per instance in the
+deployment file; this module sees only its torch-free items.
+
+Prefill roles (`prfaas-prefill`, `pd-prefill`) own a `Sender`; the PrfaaS one goes through the
+emulated inter-cluster link (kernel-shaped in namespaces, or token bucket plus delay: `kvlink`),
+the PD-P one talks over the local network. The decode role (`pd-decode`) owns a `Receiver`
+writing into an `ArraySink` (listening in the receiver namespace too when kernel-shaped).
 
     POST /prefill  run the prefill on the engine thread; stream every layer's slices to the
                    decode instance's receiver as soon as the layer is done; answer after the
@@ -10,7 +15,7 @@ The decode role (`pd-decode`) owns a `Receiver` writing into an `ArraySink`.
     POST /decode   wait for that request's committed KV, import it, stream NDJSON tokens;
                    a client that goes away cancels the request in the engine
 
-Lifecycle: `serve_instance` loads the model, starts the worker thread and the transfer
+Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
 endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three.
 """
 
@@ -27,21 +32,19 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from prfaas.engine import BadRequestError as EngineBadRequest
-from prfaas.engine import (
-    Completion,
-    Engine,
-    EngineConfig,
-    ExportedPrefill,
-    ExportRecord,
-    SamplingParams,
-    load_model,
-)
 from prfaas.serve import protocol as p
-from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec, transfer_secret
+from prfaas.serve.backend import (
+    Finished,
+    InstanceBackend,
+    Item,
+    KvSlice,
+    PrefillDone,
+    Token,
+    build_backend,
+)
+from prfaas.serve.config import Deployment, InstanceSpec, transfer_secret
 from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError, ServeError
-from prfaas.serve.kvlink import DelayedTransport, committed_records
-from prfaas.serve.worker import EngineWorker, ExportDone, Item
+from prfaas.serve.kvlink import committed_records, token_bucket_bytes_per_s, transports_for
 from prfaas.transfer import (
     ArraySink,
     PeerAddress,
@@ -49,12 +52,10 @@ from prfaas.transfer import (
     RequestId,
     Sender,
     SliceKey,
-    TcpTransport,
     TransferAborted,
     TransferConfig,
     TransferError,
     TransferReceived,
-    identity_for,
 )
 
 ARRIVAL_TIMEOUT_S = 60.0
@@ -67,7 +68,7 @@ class InstanceRuntime:
 
     spec: InstanceSpec
     deployment: Deployment
-    worker: EngineWorker
+    worker: InstanceBackend
     info: p.InstanceInfo
     transfer_config: TransferConfig
     sender: Sender | None = None
@@ -85,58 +86,41 @@ class InstanceRuntime:
 
 def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
     spec = deployment.instance(name)
-    model = load_model(deployment.model)
-    engine = Engine(
-        model,
-        EngineConfig(
-            block_tokens=deployment.block_tokens,
-            capacity_bytes=spec.capacity_mib * 2**20,
-            max_batch_size=spec.max_batch_size,
-            instance_id=spec.name,
-            hash_seed=deployment.hash_seed,
-        ),
-    )
-    layout = engine.paged.config.layout
-    num_attention = sum(1 for k in layout.group_kinds if k.value == "attention")
+    backend = build_backend(deployment, spec)
+    facts = backend.info
     info = p.InstanceInfo(
         name=spec.name,
         role=spec.role.value,
         cluster=spec.cluster,
         boot_id=uuid.uuid4().hex,
         model=deployment.model_name,
-        max_context_tokens=model.max_context_tokens,
+        max_context_tokens=facts.max_context_tokens,
         transfer_host=spec.host,
         transfer_port=spec.transfer_port,
-        kv_bytes_per_token=layout.page_bytes * num_attention / deployment.block_tokens,
-        kv_capacity_bytes=engine.paged.config.capacity_bytes,
+        kv_bytes_per_token=facts.kv_bytes_per_token,
+        kv_capacity_bytes=facts.kv_capacity_bytes,
         max_batch_size=spec.max_batch_size,
-        cache=p.CacheIdentityBody.of(engine.paged.config.identity),
+        cache=p.CacheIdentityBody.of(facts.cache),
     )
-    is_prfaas = spec.role is InstanceRole.PRFAAS_PREFILL
     config = TransferConfig(
         secret=transfer_secret(deployment),
         num_connections=2,
         max_frame_bytes=1 * 2**20,
         max_bytes_in_flight=16 * 2**20,
-        rate_limit_bytes_per_s=deployment.link.rate_bytes_per_s if is_prfaas else None,
+        rate_limit_bytes_per_s=token_bucket_bytes_per_s(deployment, spec),
         rate_burst_bytes=1 * 2**20,
     )
-    return InstanceRuntime(spec, deployment, EngineWorker(engine), info, config)
+    return InstanceRuntime(spec, deployment, backend, info, config)
 
 
 async def _start_transfer(rt: InstanceRuntime) -> None:
-    engine = rt.worker.engine
-    identity = identity_for(
-        engine.paged.layout.spec, rt.deployment.block_tokens, rt.deployment.hash_seed
-    )
+    identity = rt.worker.info.peer
+    transport = transports_for(rt.deployment, rt.spec)
     if rt.spec.role.is_prefill:
-        delay_s = rt.deployment.link.rtt_ms / 1e3
-        is_prfaas = rt.spec.role is InstanceRole.PRFAAS_PREFILL
-        transport = DelayedTransport(TcpTransport(), delay_s if is_prfaas else 0.0)
         rt.sender = Sender(rt.transfer_config, identity, transport)
         return
     rt.sink = ArraySink(SINK_BYTES)
-    rt.receiver = Receiver(rt.transfer_config, identity, TcpTransport(), rt.sink)
+    rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
     await rt.receiver.start(PeerAddress(rt.spec.host, rt.spec.transfer_port))
 
 
@@ -156,18 +140,6 @@ async def _pump_arrivals(rt: InstanceRuntime) -> None:
                     fut.set_exception(InstanceFailedError(f"KV transfer aborted: {event.message}"))
 
 
-def _params(s: p.Sampling) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=s.max_tokens,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        seed=s.seed,
-        stop=tuple(s.stop),
-        ignore_eos=s.ignore_eos,
-    )
-
-
 async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
     """Prefill here, KV layer by layer to the decode instance; return once it committed."""
     if rt.sender is None:
@@ -176,7 +148,7 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     peer = PeerAddress(body.decode_transfer_host, body.decode_transfer_port)
     transfer = await rt.sender.start_transfer(peer, RequestId(body.request_id))
     items = rt.worker.export(
-        asyncio.get_running_loop(), body.request_id, body.token_ids, _params(body.sampling)
+        asyncio.get_running_loop(), body.request_id, body.token_ids, body.sampling
     )
     kv_bytes = num_slices = 0
     try:
@@ -184,14 +156,14 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
             item = await items.get()
             if isinstance(item, BaseException):
                 raise item
-            if isinstance(item, ExportDone):
+            if isinstance(item, PrefillDone):
                 break
-            assert isinstance(item, ExportRecord)
+            assert isinstance(item, KvSlice)
             key = SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
             await transfer.send_slice(key, item.dtype, item.shape, item.data)
             kv_bytes += item.nbytes
             num_slices += 1
-        if item.exported is None:
+        if item.first_token is None:
             raise NoCapacityError(f"instance {rt.spec.name} has no room for this prompt")
         prefill_s = time.monotonic() - started
         await transfer.finish()
@@ -200,7 +172,7 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
         raise
     return p.PrefillResult(
         request_id=body.request_id,
-        first_token=item.exported.first_token,
+        first_token=item.first_token,
         hit_tokens=item.hit_tokens,
         kv_bytes=kv_bytes,
         num_slices=num_slices,
@@ -209,7 +181,7 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     )
 
 
-async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> ExportedPrefill:
+async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> list[KvSlice]:
     assert rt.sink is not None
     fut = rt.arrival(body.request_id)
     try:
@@ -218,16 +190,15 @@ async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> ExportedPrefi
         raise InstanceFailedError(f"no KV arrived for {body.request_id}") from None
     finally:
         rt.arrivals.pop(body.request_id, None)
-    records = tuple(ExportRecord(*fields) for fields in committed_records(rt.sink, body.request_id))
+    slices = [KvSlice(*fields) for fields in committed_records(rt.sink, body.request_id)]
     rt.sink.release(RequestId(body.request_id))
-    return ExportedPrefill(body.request_id, tuple(body.token_ids), body.first_token, records)
+    return slices
 
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
     """NDJSON `DecodeChunk`s; cancelled (client gone) -> the engine drops the request."""
-    exported = await _imported(rt, body)
-    tokenizer = rt.worker.engine.model.tokenizer
-    items = rt.worker.decode(asyncio.get_running_loop(), exported, _params(body.sampling))
+    slices = await _imported(rt, body)
+    items = rt.worker.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
     sent = ""
     is_done = False
@@ -238,23 +209,23 @@ async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIter
                 yield _line(p.DecodeChunk(error=f"decode failed: {item}"))
                 is_done = True
                 return
-            if isinstance(item, Completion):
+            if isinstance(item, Finished):
                 is_done = True
                 tail = item.text[len(sent) :] if item.text.startswith(sent) else ""
                 yield _line(
                     p.DecodeChunk(
                         text=tail,
-                        finish_reason=item.finish_reason.value,
+                        finish_reason=item.finish_reason,
                         num_prompt_tokens=item.num_prompt_tokens,
                         num_completion_tokens=len(item.token_ids),
                         full_text=item.text,
                     )
                 )
                 return
-            if isinstance(item, ExportRecord | ExportDone):
+            if not isinstance(item, Token):
                 continue
             ids.append(item.token_id)
-            text = tokenizer.decode(ids)
+            text = rt.worker.detokenize(ids)
             delta = ""
             if text.startswith(sent) and not text.endswith("\ufffd"):
                 delta, sent = text[len(sent) :], text
@@ -294,10 +265,6 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
         return _error(err)
-
-    @app.exception_handler(EngineBadRequest)
-    async def _engine_error(_: Request, err: EngineBadRequest) -> JSONResponse:
-        return _error(BadRequestError(str(err)))
 
     @app.exception_handler(TransferError)
     async def _transfer_error(_: Request, err: TransferError) -> JSONResponse:
@@ -340,8 +307,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
-        engine = rt.worker.engine
-        return p.TokenizeResult(token_ids=engine.encode(body.text))
+        return p.TokenizeResult(token_ids=rt.worker.encode(body.text))
 
     @app.post("/prefill")
     async def prefill(body: p.PrefillRequest) -> p.PrefillResult:

@@ -4,22 +4,44 @@ Prefill side: each `ExportRecord` becomes one slice, `SliceKey(layer, group, sta
 as soon as its layer is done. Decode side: the `Receiver` writes slices into an `ArraySink`;
 once a request is committed its slices are read back as `ExportRecord`s for `submit_import`.
 
-Link emulation without network namespaces: the sender's token bucket caps the rate
-(`TransferConfig.rate_limit_bytes_per_s`) and `DelayedTransport` holds every write for the
-link's RTT before it reaches the socket, in order (a one-way delay of a full RTT on the data
-direction: ACKs come back undelayed, so a transfer's completion sees one RTT, as on a real
-link). With root, `prfaas.transfer.linkemu` shapes a real kernel link instead.
+The PrfaaS -> PD link is emulated in one of two ways (`LinkSpec.shaping`, resolved by the
+launcher; `transports_for` builds the instance's side of it):
+
+- kernel (`link.netns` set): `prfaas up` built two network namespaces joined by a tbf-shaped
+  veth pair, or a TUN pair with the user-space `delayline` between them when the RTT is not 0
+  (`prfaas.transfer.linkemu`). Decode instances listen twice: on their host address (PD-P) and
+  in the receiver namespace (`DualListenTransport`); PrfaaS senders open sockets in the sender
+  namespace and reach a decode instance's `host:transfer_port` at `receiver_ip:transfer_port`
+  (`RoutedTransport`). No token bucket, no user-space write delay: the kernel does both.
+
+      prfaas-prefill ─socket in ns "<id>s"─► tbf ─veth/TUN(+delay)─► ns "<id>r" ─► pd-decode
+      pd-prefill     ─host network───────────────────────────────────────────────► pd-decode
+
+- token-bucket: the sender's token bucket caps the rate (`TransferConfig.rate_limit_bytes_per_s`)
+  and `DelayedTransport` holds every write for the link's RTT before it reaches the socket, in
+  order (a one-way delay of a full RTT on the data direction: ACKs come back undelayed, so a
+  transfer's completion sees one RTT, as on a real link).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prfaas.transfer import ArraySink, Connection, PeerAddress, RequestId, TcpInfo, Transport
+from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
+from prfaas.transfer import (
+    ArraySink,
+    Connection,
+    PeerAddress,
+    RequestId,
+    TcpInfo,
+    TcpTransport,
+    Transport,
+)
 from prfaas.transfer.errors import ConnectionLostError
+from prfaas.transfer.linkemu import socket_in_netns
 from prfaas.transfer.transport import Buffer, ConnectionHandler, Listener
 
 
@@ -97,3 +119,93 @@ class DelayedTransport:
 
     async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
         return await self._inner.listen(address, handler)
+
+
+class RoutedTransport:
+    """Connects to the addresses in `routes` through `shaped` (at the routed address), to every
+    other address through `direct`; listens through `direct`."""
+
+    def __init__(
+        self, routes: Mapping[PeerAddress, PeerAddress], shaped: Transport, direct: Transport
+    ) -> None:
+        self._routes = dict(routes)
+        self._shaped = shaped
+        self._direct = direct
+
+    async def connect(self, address: PeerAddress) -> Connection:
+        routed = self._routes.get(address)
+        if routed is None:
+            return await self._direct.connect(address)
+        return await self._shaped.connect(routed)
+
+    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
+        return await self._direct.listen(address, handler)
+
+
+class _BothListeners:
+    def __init__(self, primary: Listener, secondary: Listener) -> None:
+        self._primary = primary
+        self._secondary = secondary
+
+    @property
+    def address(self) -> PeerAddress:
+        return self._primary.address
+
+    async def close(self) -> None:
+        await self._secondary.close()
+        await self._primary.close()
+
+
+class DualListenTransport:
+    """Listens on the given address through `direct` and on the same port at `shaped_host`
+    through `shaped` (one handler for both); connects through `direct`."""
+
+    def __init__(self, direct: Transport, shaped: Transport, shaped_host: str) -> None:
+        self._direct = direct
+        self._shaped = shaped
+        self._shaped_host = shaped_host
+
+    async def connect(self, address: PeerAddress) -> Connection:
+        return await self._direct.connect(address)
+
+    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
+        primary = await self._direct.listen(address, handler)
+        shaped_address = PeerAddress(self._shaped_host, primary.address.port)
+        try:
+            secondary = await self._shaped.listen(shaped_address, handler)
+        except BaseException:
+            await primary.close()
+            raise
+        return _BothListeners(primary, secondary)
+
+
+def token_bucket_bytes_per_s(deployment: Deployment, spec: InstanceSpec) -> float | None:
+    """The sender's rate cap: the link rate for a PrfaaS instance without kernel shaping."""
+    link = deployment.link
+    is_prfaas = spec.role is InstanceRole.PRFAAS_PREFILL
+    return link.rate_bytes_per_s if is_prfaas and not link.is_kernel_shaped else None
+
+
+def transports_for(deployment: Deployment, spec: InstanceSpec) -> Transport:
+    """The transfer transport of instance `spec`: its end of the emulated link (see above)."""
+    link = deployment.link
+    if spec.role is InstanceRole.PD_PREFILL:
+        return TcpTransport()
+    if spec.role is InstanceRole.PRFAAS_PREFILL:
+        if link.netns is None:
+            return DelayedTransport(TcpTransport(), link.rtt_ms / 1e3)
+        sender_netns = link.netns.sender_netns
+        routes = {
+            PeerAddress(d.host, d.transfer_port): PeerAddress(
+                link.netns.receiver_ip, d.transfer_port
+            )
+            for d in deployment.instances
+            if d.role is InstanceRole.PD_DECODE
+        }
+        shaped = TcpTransport(socket_factory=lambda: socket_in_netns(sender_netns))
+        return RoutedTransport(routes, shaped, TcpTransport())
+    if link.netns is None:
+        return TcpTransport()
+    receiver_netns = link.netns.receiver_netns
+    shaped = TcpTransport(socket_factory=lambda: socket_in_netns(receiver_netns))
+    return DualListenTransport(TcpTransport(), shaped, link.netns.receiver_ip)

@@ -1,18 +1,29 @@
 """`prfaas up`: start every process of a deployment on this host, wait for health, stop cleanly.
 
-    Launcher.start()  ports resolved, deployment written to a temp file, one child per
-                      instance (`prfaas instance --name N`) and the router (`prfaas router`)
+    Launcher.start()  ports resolved, the link's shaping resolved (below), deployment written
+                      to a temp file, one child per instance (`prfaas instance --name N`) and
+                      the router (`prfaas router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
-    stop()            SIGTERM to every child, SIGKILL after a grace period, temp file removed
+    stop()            SIGTERM to every child, SIGKILL after a grace period, then the link's
+                      namespaces (and delay-line process) removed, temp file removed
+
+The inter-cluster link (`link.shaping`): `kernel` or `auto` as root with iproute2 builds two
+network namespaces joined by a tbf-shaped link at `link.rate_gbps` with the user-space delay
+line for `link.rtt_ms` (`prfaas.transfer.linkemu`), and writes their names into the children's
+deployment (`link.netns`); `token-bucket`, or `auto` when that cannot be done (the reason is
+logged and kept in `link.shaping_reason`), paces the PrfaaS senders in user space (`kvlink`).
 
 Children die with the launcher even if it is killed with SIGKILL (PR_SET_PDEATHSIG), so no
-process outlives it. They run with one torch thread each, offline (`config.CHILD_ENV`).
+process outlives it (the delay line exits when its stdin closes); namespaces of a launcher
+killed with SIGKILL stay behind (`ip netns list`: `pf<hex>s`, `pf<hex>r`). Children run with
+one torch thread each, offline (`config.CHILD_ENV`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import signal
 import subprocess
 import sys
@@ -24,11 +35,22 @@ from types import TracebackType
 import httpx
 import yaml
 
-from prfaas.serve.config import Deployment, child_environment, with_ports
+from prfaas.serve.config import (
+    Deployment,
+    InstanceRole,
+    LinkShaping,
+    NamespaceLink,
+    child_environment,
+    with_ports,
+)
 from prfaas.serve.errors import DeploymentError
+from prfaas.transfer import linkemu
+from prfaas.transfer.errors import LinkEmulationError
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def _die_with_parent() -> None:
@@ -43,6 +65,7 @@ class Launcher:
         self._quiet = quiet
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._file: Path | None = None
+        self._link = contextlib.ExitStack()
 
     @property
     def url(self) -> str:
@@ -54,6 +77,47 @@ class Launcher:
         return self._children
 
     def start(self) -> None:
+        """Every process up (not yet healthy); on failure nothing is left behind."""
+        try:
+            self.deployment = self._shape_link(self.deployment)
+            self._spawn_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _shape_link(self, deployment: Deployment) -> Deployment:
+        """`link` with its shaping resolved: kernel (namespaces built, `netns` set) or token
+        bucket (`shaping_reason` says why)."""
+        link = deployment.link
+        reason = _kernel_unavailable_reason(deployment)
+        if reason is None:
+            spec = linkemu.LinkSpec(
+                rate_bits_per_s=link.rate_gbps * 1e9, one_way_delay_s=link.rtt_ms / 2e3
+            )
+            try:
+                built = self._link.enter_context(linkemu.emulated_link(spec))
+            except LinkEmulationError as err:
+                reason = str(err)
+            else:
+                netns = NamespaceLink(
+                    sender_netns=built.sender_netns,
+                    receiver_netns=built.receiver_netns,
+                    sender_ip=built.sender_ip,
+                    receiver_ip=built.receiver_ip,
+                )
+                log.info(
+                    "link shaped in the kernel: %s -> %s", netns.sender_netns, netns.receiver_netns
+                )
+                update = {"shaping": LinkShaping.KERNEL, "netns": netns, "shaping_reason": None}
+                return deployment.model_copy(update={"link": link.model_copy(update=update)})
+        if link.shaping is LinkShaping.KERNEL:
+            raise DeploymentError(f"link.shaping is kernel but {reason}")
+        if link.shaping is LinkShaping.AUTO:
+            log.warning("prfaas: inter-cluster link paced by the token bucket: %s", reason)
+        update = {"shaping": LinkShaping.TOKEN_BUCKET, "netns": None, "shaping_reason": reason}
+        return deployment.model_copy(update={"link": link.model_copy(update=update)})
+
+    def _spawn_all(self) -> None:
         handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
         with handle:
             yaml.safe_dump(self.deployment.model_dump(mode="json"), handle)
@@ -97,6 +161,7 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+        self._link.close()  # after the children: nothing uses the namespaces any more
         if self._file is not None:
             self._file.unlink(missing_ok=True)
             self._file = None
@@ -112,6 +177,18 @@ class Launcher:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _kernel_unavailable_reason(deployment: Deployment) -> str | None:
+    """Why this deployment's link is not shaped in the kernel, or None when it can be."""
+    link = deployment.link
+    if link.shaping is LinkShaping.TOKEN_BUCKET:
+        return "the deployment asks for the token bucket (link.shaping)"
+    roles = {spec.role for spec in deployment.instances}
+    if not {InstanceRole.PRFAAS_PREFILL, InstanceRole.PD_DECODE} <= roles:
+        return "no PrfaaS prefill or no PD decode instance: nothing crosses the link"
+    delay_s = link.rtt_ms / 2e3
+    return linkemu.unavailable_reason(linkemu.LinkSpec(link.rate_gbps * 1e9, delay_s))
 
 
 def run_until_signal(launcher: Launcher) -> None:

@@ -183,6 +183,7 @@ def _event(body: dict[str, Any]) -> bytes:
 
 def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
     link = rt.registry.link_view()
+    netns = rt.deployment.link.netns
     return {
         "t_s": round(rt.now_s(), 3),
         "model": rt.deployment.model_name,
@@ -203,6 +204,9 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
             for i in rt.registry.instances.values()
         ],
         "link": {
+            "shaping": rt.deployment.link.shaping_in_force,
+            "shaping_reason": rt.deployment.link.shaping_reason,
+            "netns": netns.model_dump() if netns is not None else None,
             "capacity_bytes_per_s": link.capacity_bytes_per_s,
             "egress_bytes_per_s": link.egress_bytes_per_s,
             "bytes_waiting": link.bytes_waiting,

@@ -1,12 +1,14 @@
-"""`EngineWorker`: the one thread that owns an instance's `Engine` (torch is synchronous).
+"""The `torch` backend: `EngineWorker`, the one thread that owns an instance's `Engine`.
 
 The asyncio side sends commands (closures run on the engine thread, in order); results come
 back through `loop.call_soon_threadsafe`, so the event loop never blocks on a forward pass:
 
     asyncio handlers ──commands──► engine thread: run commands, engine.step(), drain pool events
-                     ◄──items────  ExportRecord ... ExportDone   (prefill, layer by layer)
-                     ◄──items────  TokenEvent ... Completion     (decode, token by token)
+                     ◄──items────  KvSlice ... PrefillDone    (prefill, layer by layer)
+                     ◄──items────  Token ... Finished         (decode, token by token)
 
+The engine's own records and events are translated into `serve.backend`'s torch-free items
+here, so `instance` runs either backend (`TorchBackend` is this module's `InstanceBackend`).
 Lifecycle: `start()` after the event loop runs, `stop()` at shutdown (joins the thread).
 Cache events from the pool get a sequence number here; the router pulls them (`events_since`).
 """
@@ -17,39 +19,72 @@ import asyncio
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prfaas.engine import (
+    BadRequestError,
     Completion,
     Engine,
+    EngineConfig,
     ExportedPrefill,
     ExportRecord,
     SamplingParams,
     TokenEvent,
+    load_model,
 )
-from prfaas.kvcache import CacheEvent
+from prfaas.serve import errors
+from prfaas.serve import protocol as p
+from prfaas.serve.backend import (
+    BackendInfo,
+    Finished,
+    Item,
+    KvSlice,
+    PrefillDone,
+    SeqEvent,
+    Token,
+)
+from prfaas.serve.config import Deployment, InstanceSpec
+from prfaas.transfer import identity_for
 
 MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
 
-
-@dataclass(frozen=True, slots=True)
-class ExportDone:
-    """The prefill finished; `exported` is None when the pool had no room."""
-
-    exported: ExportedPrefill | None
-    hit_tokens: int
+Sink = Callable[[Any], None]  # takes the engine's items; hands `serve.backend` items on
+EngineItem = ExportRecord | TokenEvent | Completion
 
 
-@dataclass(frozen=True, slots=True)
-class SeqEvent:
-    seq: int
-    event: CacheEvent
+def _item(item: EngineItem | BaseException) -> Item:
+    """The engine's record, token or completion as a `serve.backend` item."""
+    if isinstance(item, ExportRecord):
+        return KvSlice(
+            item.layer_index,
+            item.group_index,
+            item.token_start,
+            item.token_end,
+            item.dtype,
+            item.shape,
+            item.data,
+        )
+    if isinstance(item, TokenEvent):
+        return Token(item.token_id)
+    if isinstance(item, Completion):
+        return Finished(item.num_prompt_tokens, item.token_ids, item.text, item.finish_reason.value)
+    if isinstance(item, BadRequestError):
+        return errors.BadRequestError(str(item))
+    return item
 
 
-Item = ExportRecord | ExportDone | TokenEvent | Completion | BaseException
-Sink = Callable[[Item], None]
+def sampling_params(s: p.Sampling) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        seed=s.seed,
+        stop=tuple(s.stop),
+        ignore_eos=s.ignore_eos,
+    )
 
 
 class EngineWorker:
@@ -79,11 +114,12 @@ class EngineWorker:
         loop: asyncio.AbstractEventLoop,
         request_id: str,
         tokens: list[int],
-        params: SamplingParams,
+        sampling: p.Sampling,
     ) -> asyncio.Queue[Item]:
-        """Prefill on the engine thread; records arrive as layers finish, then `ExportDone`."""
+        """Prefill on the engine thread; slices arrive as layers finish, then `PrefillDone`."""
         out: asyncio.Queue[Item] = asyncio.Queue()
         sink = _threadsafe(loop, out)
+        params = sampling_params(sampling)
 
         def command() -> None:
             try:
@@ -92,7 +128,8 @@ class EngineWorker:
                 exported = self.engine.export_prefill(
                     request_id, tokens, params, from_token=0, on_layer=sink
                 )
-                sink(ExportDone(exported, hit))
+                first = None if exported is None else exported.first_token
+                sink(PrefillDone(first, hit))
             except Exception as err:
                 sink(err)
 
@@ -100,11 +137,24 @@ class EngineWorker:
         return out
 
     def decode(
-        self, loop: asyncio.AbstractEventLoop, exported: ExportedPrefill, params: SamplingParams
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: p.DecodeRequest,
+        slices: Sequence[KvSlice],
     ) -> asyncio.Queue[Item]:
-        """Join an imported request to the batch; tokens arrive, then its `Completion`."""
+        """Join an imported request to the batch; tokens arrive, then it is `Finished`."""
         out: asyncio.Queue[Item] = asyncio.Queue()
         sink = _threadsafe(loop, out)
+        params = sampling_params(body.sampling)
+        records = tuple(
+            ExportRecord(
+                s.layer_index, s.group_index, s.token_start, s.token_end, s.dtype, s.shape, s.data
+            )
+            for s in slices
+        )
+        exported = ExportedPrefill(
+            body.request_id, tuple(body.token_ids), body.first_token, records
+        )
 
         def command() -> None:
             try:
@@ -185,8 +235,46 @@ def _nothing() -> None:
 _NOTHING: Callable[[], None] = _nothing
 
 
-def _threadsafe(loop: asyncio.AbstractEventLoop, out: asyncio.Queue[Item]) -> Sink:
-    def sink(item: Item) -> None:
-        loop.call_soon_threadsafe(out.put_nowait, item)
+def _threadsafe(loop: asyncio.AbstractEventLoop, out: asyncio.Queue[Item]) -> Callable[[Any], None]:
+    def sink(item: Any) -> None:
+        loop.call_soon_threadsafe(out.put_nowait, _item(item))
 
     return sink
+
+
+class TorchBackend(EngineWorker):
+    """The `torch` `InstanceBackend`: the deployment's model on an `Engine` thread."""
+
+    def __init__(self, deployment: Deployment, spec: InstanceSpec) -> None:
+        model = load_model(deployment.model)
+        engine = Engine(
+            model,
+            EngineConfig(
+                block_tokens=deployment.block_tokens,
+                capacity_bytes=spec.capacity_mib * 2**20,
+                max_batch_size=spec.max_batch_size,
+                instance_id=spec.name,
+                hash_seed=deployment.hash_seed,
+            ),
+        )
+        super().__init__(engine)
+        layout = engine.paged.config.layout
+        num_attention = sum(1 for k in layout.group_kinds if k.value == "attention")
+        self.info = BackendInfo(
+            max_context_tokens=model.max_context_tokens,
+            kv_bytes_per_token=layout.page_bytes * num_attention / deployment.block_tokens,
+            kv_capacity_bytes=engine.paged.config.capacity_bytes,
+            cache=engine.paged.config.identity,
+            peer=identity_for(
+                engine.paged.layout.spec, deployment.block_tokens, deployment.hash_seed
+            ),
+        )
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return self.engine.encode(text)
+        except BadRequestError as err:
+            raise errors.BadRequestError(str(err)) from None
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self.engine.model.tokenizer.decode(token_ids)

@@ -1,0 +1,131 @@
+"""The engine-facing interface of an instance process, and the two backends behind it.
+
+`instance` talks to one `InstanceBackend` and never to torch: the `torch` backend
+(`serve.worker`: an `Engine` on its own thread) and the `emulated` backend (`serve.emulated`:
+timing from a scaled PerfProfile, KV payloads of the scaled real size, real pool bookkeeping,
+no model compute) both hand back the torch-free items below, through asyncio queues:
+
+    export(request)  ──►  KvSlice ... KvSlice  PrefillDone        (layer by layer, then done)
+    decode(request)  ──►  Token ... Token  Finished               (token by token, then done)
+                          or a BaseException that ended the request
+
+Lifecycle: `build_backend` at process start (imports torch only for the torch backend),
+`start()` once the event loop runs, `stop()` at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from prfaas.kvcache import CacheEvent, CacheIdentity
+from prfaas.serve import protocol as p
+from prfaas.serve.config import Backend, Deployment, InstanceSpec
+from prfaas.transfer import PeerIdentity
+
+
+@dataclass(frozen=True, slots=True)
+class KvSlice:
+    """One layer's (or state group's) KV for a token range: one transfer slice."""
+
+    layer_index: int
+    group_index: int
+    token_start: int
+    token_end: int
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillDone:
+    """The prefill finished; `first_token` is None when the pool had no room."""
+
+    first_token: int | None
+    hit_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    token_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    num_prompt_tokens: int
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SeqEvent:
+    """A pool event with the instance's sequence number (the router pulls `events_since`)."""
+
+    seq: int
+    event: CacheEvent
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """What `InstanceInfo` and the transfer handshake need to know about the backend."""
+
+    max_context_tokens: int
+    kv_bytes_per_token: float
+    kv_capacity_bytes: int
+    cache: CacheIdentity
+    peer: PeerIdentity
+
+
+Item = KvSlice | PrefillDone | Token | Finished | BaseException
+
+
+class InstanceBackend(Protocol):
+    info: BackendInfo
+    num_waiting: int
+    num_running: int
+    free_pages: int
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def detokenize(self, token_ids: Sequence[int]) -> str: ...
+
+    def export(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request_id: str,
+        tokens: list[int],
+        sampling: p.Sampling,
+    ) -> asyncio.Queue[Item]: ...
+
+    def decode(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: p.DecodeRequest,
+        slices: Sequence[KvSlice],
+    ) -> asyncio.Queue[Item]: ...
+
+    def cancel(self, request_id: str) -> None: ...
+
+    def events_since(self, seq: int) -> tuple[list[SeqEvent], int]: ...
+
+
+def build_backend(deployment: Deployment, spec: InstanceSpec) -> InstanceBackend:
+    """The instance's backend; the torch one is imported only when it is chosen."""
+    if spec.backend is Backend.EMULATED:
+        from prfaas.serve.emulated import EmulatedBackend
+
+        return EmulatedBackend(deployment, spec)
+    from prfaas.serve.worker import TorchBackend
+
+    return TorchBackend(deployment, spec)

@@ -1,0 +1,334 @@
+"""The `emulated` instance backend: a catalog model's timing and KV bytes, no model compute.
+
+It lets one small machine run a many-instance deployment of a 1T-model scenario with real
+processes, sockets, router and hybrid-pool bookkeeping (DESIGN.md, "Two engine backends"):
+
+    prefill  match the prompt in the pool (real `HybridPrefixCache`, bookkeeping only), sleep
+             profile.prefill_s(uncached) x time_factor in num_layers equal steps, and after each
+             step hand over that layer's slice; the slices of one request add up to
+             round(profile.cache_bytes(prompt) x byte_factor) bytes, split over layers by the
+             model's own per-group bytes (attention KV grows with the prompt, states do not)
+    decode   continuous batching: admit what the pool and `max_batch_size` allow, then each
+             step sleeps profile.decode_step_s(batch, mean context) x time_factor and emits one
+             token per running request
+
+Worked bytes (prfaas-1t, h200 x8, 27K-token prompt, byte_factor 1/256): the profile says
+656 MB of KV and state; 2.56 MB cross the link in 60 slices (15 MLA layers of prompt KV,
+45 KDA layers of state). Tokens are deterministic: the byte tokenizer's ids (<bos> + UTF-8),
+and outputs drawn from lowercase letters and spaces by a hash of the prompt, so the same
+prompt always gives the same text. Runs on the instance's event loop (asyncio sleeps, no
+thread, no torch import); `start()` once the loop runs, `stop()` at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from prfaas.kvcache import (
+    CacheConfig,
+    CacheRequest,
+    HybridPrefixCache,
+    InstanceId,
+    OutOfPages,
+    RequestId,
+)
+from prfaas.serve import protocol as p
+from prfaas.serve.backend import (
+    BackendInfo,
+    Finished,
+    Item,
+    KvSlice,
+    PrefillDone,
+    SeqEvent,
+    Token,
+)
+from prfaas.serve.config import Deployment, InstanceSpec
+from prfaas.serve.errors import BadRequestError
+from prfaas.specs.catalog import get_chip, get_model, profile_for
+from prfaas.specs.model import ModelSpec
+from prfaas.transfer import identity_for
+
+BOS_ID = 257
+OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
+MAX_EVENT_LOG = 200_000
+IDLE_WAIT_S = 0.05
+
+
+def layer_bytes(model: ModelSpec, num_tokens: int, total_bytes: int) -> list[tuple[int, int]]:
+    """(group index, bytes) per layer, in layer order, adding up to exactly `total_bytes`.
+
+    Each mixer group's share is its own cache bytes at `num_tokens` (KV per token x tokens,
+    plus its bounded state), spread evenly over its layers; the rounding rest goes last."""
+    weights: list[tuple[int, float]] = []
+    for index, group in enumerate(model.mixers):
+        group_bytes = group.kv_bytes_per_token() * num_tokens + group.state_bytes(num_tokens)
+        weights += [(index, group_bytes / group.num_layers)] * group.num_layers
+    whole = sum(w for _, w in weights) or 1.0
+    sizes = [(g, int(total_bytes * w / whole)) for g, w in weights]
+    rest = total_bytes - sum(n for _, n in sizes)
+    last_group, last_bytes = sizes[-1]
+    sizes[-1] = (last_group, last_bytes + rest)
+    return sizes
+
+
+def output_token(prompt: Sequence[int], index: int) -> int:
+    """The `index`-th generated token for `prompt`: a pure function of both."""
+    seed = zlib.crc32(b"".join(t.to_bytes(4, "little") for t in prompt[-64:]), len(prompt))
+    mixed = zlib.crc32(index.to_bytes(4, "little"), seed)
+    return OUTPUT_ALPHABET[mixed % len(OUTPUT_ALPHABET)]
+
+
+@dataclass(slots=True)
+class _Prefill:
+    request_id: str
+    tokens: list[int]
+    out: asyncio.Queue[Item]
+
+
+@dataclass(slots=True)
+class _Decode:
+    body: p.DecodeRequest
+    out: asyncio.Queue[Item]
+    is_admitted: bool = False
+    generated: list[int] = field(default_factory=list)
+
+
+class EmulatedBackend:
+    """The `emulated` `InstanceBackend` (see the module docstring)."""
+
+    def __init__(self, deployment: Deployment, spec: InstanceSpec) -> None:
+        assert spec.chip is not None  # config validation guarantees it
+        self.model = get_model(deployment.model)
+        self.profile = profile_for(self.model, get_chip(spec.chip), spec.gpus_per_instance)
+        self.emulation = deployment.emulation
+        self.max_batch_size = spec.max_batch_size
+        config = CacheConfig.for_model(
+            self.model,
+            block_tokens=deployment.block_tokens,
+            capacity_bytes=spec.capacity_mib * 2**20,
+            seed=deployment.hash_seed,
+        )
+        self.pool = HybridPrefixCache(config, InstanceId(spec.name))
+        self.info = BackendInfo(
+            max_context_tokens=self.emulation.max_context_tokens,
+            kv_bytes_per_token=self.model.kv_bytes_per_token() * self.emulation.byte_factor,
+            kv_capacity_bytes=config.capacity_bytes,
+            cache=config.identity,
+            peer=identity_for(self.model, deployment.block_tokens, deployment.hash_seed),
+        )
+        self.num_waiting = 0
+        self.num_running = 0
+        self.free_pages = self.pool.pool.num_free_pages
+        self._prefills: asyncio.Queue[_Prefill] | None = None
+        self._decodes: dict[str, _Decode] = {}
+        self._wake: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
+        self._next_seq = 0
+        self._is_prefilling = False
+
+    # --- lifecycle and the small things --------------------------------------------------
+
+    def start(self) -> None:
+        self._prefills = asyncio.Queue()
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._prefill_loop()),
+            loop.create_task(self._decode_loop()),
+        ]
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def encode(self, text: str) -> list[int]:
+        if not text:
+            raise BadRequestError("the prompt is empty")
+        return [BOS_ID, *text.encode("utf-8")]
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
+
+    def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
+        return [e for e in self._events if e.seq >= seq], self._next_seq
+
+    def scaled_kv_bytes(self, num_tokens: int) -> int:
+        """What one prefill of `num_tokens` ships: the profile's cache bytes x byte_factor."""
+        return round(self.profile.cache_bytes(num_tokens) * self.emulation.byte_factor)
+
+    # --- prefill -------------------------------------------------------------------------
+
+    def export(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request_id: str,
+        tokens: list[int],
+        sampling: p.Sampling,
+    ) -> asyncio.Queue[Item]:
+        self._check_fits(tokens, sampling.max_tokens)
+        out: asyncio.Queue[Item] = asyncio.Queue()
+        assert self._prefills is not None, "start() first"
+        self._prefills.put_nowait(_Prefill(request_id, tokens, out))
+        self._publish()
+        return out
+
+    async def _prefill_loop(self) -> None:
+        assert self._prefills is not None
+        while True:
+            job = await self._prefills.get()
+            self._is_prefilling = True
+            try:
+                await self._prefill(job)
+            except Exception as err:
+                job.out.put_nowait(err)
+            finally:
+                self._is_prefilling = False
+                self._publish()
+
+    async def _prefill(self, job: _Prefill) -> None:
+        n = len(job.tokens)
+        request = self._request(job.request_id, job.tokens, 0, imported=False)
+        allocation = self.pool.allocate(request)
+        if isinstance(allocation, OutOfPages):
+            job.out.put_nowait(PrefillDone(None, 0))
+            return
+        hit = allocation.match.hit_tokens
+        rid = RequestId(job.request_id)
+        try:
+            sizes = layer_bytes(self.model, n, self.scaled_kv_bytes(n))
+            step_s = self.profile.prefill_s(n - hit) * self.emulation.time_factor / len(sizes)
+            for layer, (group, nbytes) in enumerate(sizes):
+                await asyncio.sleep(step_s)
+                job.out.put_nowait(KvSlice(layer, group, 0, n, "uint8", (nbytes,), bytes(nbytes)))
+            self.pool.commit(rid)
+        finally:
+            self.pool.release(rid)
+        job.out.put_nowait(PrefillDone(output_token(job.tokens, 0), hit))
+
+    # --- decode --------------------------------------------------------------------------
+
+    def decode(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: p.DecodeRequest,
+        slices: Sequence[KvSlice],
+    ) -> asyncio.Queue[Item]:
+        self._check_fits(body.token_ids, body.sampling.max_tokens)
+        out: asyncio.Queue[Item] = asyncio.Queue()
+        self._decodes[body.request_id] = _Decode(body, out)
+        assert self._wake is not None, "start() first"
+        self._wake.set()
+        self._publish()
+        return out
+
+    def cancel(self, request_id: str) -> None:
+        job = self._decodes.pop(request_id, None)
+        if job is not None and job.is_admitted:
+            self.pool.release(RequestId(request_id))
+        self._publish()
+
+    async def _decode_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            if not self._decodes:
+                self._wake.clear()
+                await self._wake.wait()
+            try:
+                await self._decode_step()
+            except Exception as err:  # a failed step fails every request in the batch
+                for rid, job in list(self._decodes.items()):
+                    job.out.put_nowait(err)
+                    self.cancel(rid)
+
+    async def _decode_step(self) -> None:
+        self._admit()
+        self._publish()
+        running = [job for job in self._decodes.values() if job.is_admitted]
+        if not running:
+            await asyncio.sleep(IDLE_WAIT_S)  # waiting for pages nobody frees yet
+            return
+        context = sum(len(j.body.token_ids) + len(j.generated) for j in running)
+        step_s = self.profile.decode_step_s(len(running), context // len(running))
+        await asyncio.sleep(step_s * self.emulation.time_factor)
+        for job in running:
+            if job.body.request_id in self._decodes:
+                self._emit(job, output_token(job.body.token_ids, len(job.generated)))
+        self._publish()
+
+    def _admit(self) -> None:
+        num_running = sum(1 for j in self._decodes.values() if j.is_admitted)
+        for job in list(self._decodes.values()):
+            if job.is_admitted:
+                continue
+            if num_running >= self.max_batch_size:
+                return
+            body = job.body
+            request = self._request(
+                body.request_id, body.token_ids, body.sampling.max_tokens, imported=True
+            )
+            if isinstance(self.pool.allocate(request), OutOfPages):
+                return
+            job.is_admitted = True
+            num_running += 1
+            self._emit(job, body.first_token)
+
+    def _emit(self, job: _Decode, token: int) -> None:
+        job.generated.append(token)
+        job.out.put_nowait(Token(token))
+        text = self.detokenize(job.generated)
+        reason: str | None = None
+        for stop in job.body.sampling.stop:
+            cut = text.find(stop)
+            if cut >= 0:
+                text, reason = text[:cut], "stop"
+        if reason is None and len(job.generated) >= job.body.sampling.max_tokens:
+            reason = "length"
+        if reason is None:
+            return
+        rid = job.body.request_id
+        self._decodes.pop(rid, None)
+        self.pool.release(RequestId(rid))
+        job.out.put_nowait(Finished(len(job.body.token_ids), tuple(job.generated), text, reason))
+
+    # --- pool bookkeeping ----------------------------------------------------------------
+
+    def _request(
+        self, request_id: str, tokens: Sequence[int], reserved_tokens: int, *, imported: bool
+    ) -> CacheRequest:
+        """As the torch engine asks its pool: prefix hits stop one token short (the last one
+        is always computed); an import restores nothing and takes no snapshots."""
+        block = self.pool.config.layout.block_tokens
+        return CacheRequest(
+            RequestId(request_id),
+            self.pool.config.hash_scheme.hash_tokens(list(tokens[:-1])),
+            len(tokens) + reserved_tokens,
+            max_hit_blocks=0 if imported else (len(tokens) - 1) // block,
+            takes_snapshots=not imported,
+        )
+
+    def _check_fits(self, tokens: Sequence[int], max_tokens: int) -> None:
+        if len(tokens) + max_tokens > self.info.max_context_tokens:
+            raise BadRequestError(
+                f"prompt of {len(tokens)} tokens + max_tokens {max_tokens} exceeds the "
+                f"model's context of {self.info.max_context_tokens} tokens"
+            )
+        plan = self.pool.plan(self._request("probe", tokens, max_tokens, imported=False))
+        if plan.num_pages > self.pool.config.num_pages:
+            raise BadRequestError(
+                f"request needs {plan.num_pages} pages, the pool has {self.pool.config.num_pages}"
+            )
+
+    def _publish(self) -> None:
+        for event in self.pool.take_events():
+            self._events.append(SeqEvent(self._next_seq, event))
+            self._next_seq += 1
+        queued = self._prefills.qsize() if self._prefills is not None else 0
+        admitted = sum(1 for j in self._decodes.values() if j.is_admitted)
+        self.num_waiting = queued + len(self._decodes) - admitted
+        self.num_running = admitted + int(self._is_prefilling)
+        self.free_pages = self.pool.pool.num_free_pages
