@@ -23,6 +23,7 @@ from typing import Protocol
 from prfaas.kvcache import CacheEvent, CacheIdentity
 from prfaas.serve import protocol as p
 from prfaas.serve.config import Backend, Deployment, InstanceSpec
+from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import PeerIdentity
 
 
@@ -81,6 +82,7 @@ class BackendInfo:
     kv_capacity_bytes: int
     cache: CacheIdentity
     peer: PeerIdentity
+    timing: PrefillTiming | None = None  # None: the router's linear default (torch)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

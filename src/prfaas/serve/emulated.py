@@ -48,6 +48,7 @@ from prfaas.serve.backend import (
 )
 from prfaas.serve.config import Deployment, InstanceSpec
 from prfaas.serve.errors import BadRequestError
+from prfaas.serve.profile import PrefillTiming
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 from prfaas.specs.model import ModelSpec
 from prfaas.transfer import identity_for
@@ -119,6 +120,12 @@ class EmulatedBackend:
             kv_capacity_bytes=config.capacity_bytes,
             cache=config.identity,
             peer=identity_for(self.model, deployment.block_tokens, deployment.hash_seed),
+            timing=PrefillTiming.sampled(
+                f"{self.profile.source} x time_factor {self.emulation.time_factor}",
+                self.emulation.max_context_tokens,
+                lambda n: self.profile.prefill_s(n) * self.emulation.time_factor,
+                self.scaled_kv_bytes,
+            ),
         )
         self.num_waiting = 0
         self.num_running = 0

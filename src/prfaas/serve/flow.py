@@ -35,7 +35,7 @@ from prfaas.scheduler import (
     SchedulerConfig,
 )
 from prfaas.serve import protocol as p
-from prfaas.serve.config import Deployment
+from prfaas.serve.config import Deployment, InstanceRole
 from prfaas.serve.errors import (
     ContextLengthError,
     InstanceFailedError,
@@ -43,7 +43,7 @@ from prfaas.serve.errors import (
     from_response,
 )
 from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.profile import LiveProfile
+from prfaas.serve.profile import LiveProfile, PrefillTiming
 from prfaas.serve.registry import Registry
 
 MAX_ATTEMPTS = 3
@@ -69,15 +69,21 @@ class RouterRuntime:
 
     @property
     def scheduler(self) -> GlobalScheduler:
-        """Built on first use, once an instance has said how many KV bytes a token takes."""
+        """Built on first use, from the prefill timing the instances publish (serve.profile):
+        the PrfaaS profile from a PrfaaS instance, the PD one from a PD-P (else any PD)."""
         if self._scheduler is None:
             infos = [i.info for i in self.registry.healthy() if i.info is not None]
             if not infos:
                 raise NoCapacityError("no instance is up")
-            profile = LiveProfile(kv_bytes_per_token=infos[0].kv_bytes_per_token)
+            pd = _profile(
+                self.registry.timing((InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE))
+                or self.registry.timing((InstanceRole.PRFAAS_PREFILL,)),
+                infos[0],
+            )
+            prfaas_timing = self.registry.timing((InstanceRole.PRFAAS_PREFILL,))
             config = SchedulerConfig(
-                prfaas_profile=profile,
-                pd_profile=profile,
+                prfaas_profile=_profile(prfaas_timing, infos[0]) if prfaas_timing else None,
+                pd_profile=pd,
                 threshold_tokens=self.deployment.threshold_tokens,
                 can_move_cache=False,  # cross-cluster prefix moves are not carried out live yet
             )
@@ -89,6 +95,20 @@ class RouterRuntime:
         if self._scheduler is None:
             return self.deployment.threshold_tokens
         return self._scheduler.threshold_tokens
+
+
+def _profile(timing: p.TimingBody | None, info: p.InstanceInfo) -> LiveProfile:
+    """The scheduler's profile from a published timing (linear default when none is)."""
+    if timing is None:
+        return LiveProfile(PrefillTiming.linear(info.kv_bytes_per_token, info.max_context_tokens))
+    return LiveProfile(
+        PrefillTiming(
+            timing.source,
+            tuple(timing.lengths_tokens),
+            tuple(timing.prefill_s),
+            tuple(timing.cache_bytes),
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import (
+    BackendInfo,
     Finished,
     InstanceBackend,
     Item,
@@ -45,6 +46,7 @@ from prfaas.serve.backend import (
 from prfaas.serve.config import Deployment, InstanceSpec, transfer_secret
 from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError, ServeError
 from prfaas.serve.kvlink import committed_records, token_bucket_bytes_per_s, transports_for
+from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import (
     ArraySink,
     PeerAddress,
@@ -101,6 +103,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         kv_capacity_bytes=facts.kv_capacity_bytes,
         max_batch_size=spec.max_batch_size,
         cache=p.CacheIdentityBody.of(facts.cache),
+        timing=_timing(facts),
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),
@@ -111,6 +114,19 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         rate_burst_bytes=1 * 2**20,
     )
     return InstanceRuntime(spec, deployment, backend, info, config)
+
+
+def _timing(facts: BackendInfo) -> p.TimingBody:
+    """What the router's scheduler estimates prefill time and KV bytes with (serve.profile)."""
+    timing = facts.timing or PrefillTiming.linear(
+        facts.kv_bytes_per_token, facts.max_context_tokens
+    )
+    return p.TimingBody(
+        source=timing.source,
+        lengths_tokens=list(timing.lengths_tokens),
+        prefill_s=list(timing.prefill_s),
+        cache_bytes=list(timing.cache_bytes),
+    )
 
 
 async def _start_transfer(rt: InstanceRuntime) -> None:

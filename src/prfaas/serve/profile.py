@@ -1,14 +1,26 @@
-"""A `PerfProfile` for the live router, so `SchedulerConfig` can be built without a chip catalog.
+"""The prefill timing an instance publishes, and the `PerfProfile` the live router builds from it.
 
 The scheduler uses a profile for two estimates only: prefill seconds of an uncached length
-(load counted at dispatch, the congestion gate) and KV bytes of a context (link lag). The live
-router knows the KV bytes per token from the instances (`InstanceInfo.kv_bytes_per_token`) and
-uses a linear prefill-time model whose slope is a deployment setting; `model` and `chip`, which
-only the planner reads, are not available live and raise.
+(load counted at dispatch, the surge and congestion gates) and KV bytes of a context (link
+lag). Each instance publishes a `PrefillTiming` table in its `/info` (`InstanceInfo.timing`):
+
+    emulated   the catalog PerfProfile of its model and chip x `emulation.time_factor`,
+               KV bytes x `emulation.byte_factor` (what its prefill really sleeps and ships)
+    torch      a linear model (`DEFAULT_PREFILL_S_PER_TOKEN`, the tiny presets on one CPU
+               core, order of magnitude) and the engine's KV bytes per token
+
+The router builds one `LiveProfile` per cluster from a prefill instance of that cluster, so
+PrfaaS (h200) and PD (h20) estimates differ as the chips do. Lengths are sampled four per
+octave up to the context limit; between samples the table is interpolated linearly (prefill
+time is convex in length, so the estimate is a little high between points: < 1% for
+prfaas-1t), beyond the last sample it is extrapolated from the last two.
+`model` and `chip`, which only the planner reads, are not available live and raise.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prfaas.specs.chip import ChipSpec
@@ -16,13 +28,75 @@ from prfaas.specs.model import ModelSpec
 
 #: Prefill seconds per uncached token of the tiny presets on one CPU core (order of magnitude).
 DEFAULT_PREFILL_S_PER_TOKEN = 2e-4
+DEFAULT_PREFILL_OVERHEAD_S = 0.01
+SAMPLES_PER_OCTAVE = 4
+
+
+def sample_lengths(max_tokens: int) -> tuple[int, ...]:
+    """1, then four lengths per octave (rounded), up to and including `max_tokens`."""
+    lengths = {1, max(1, max_tokens)}
+    k = 0
+    while (n := round(2 ** (k / SAMPLES_PER_OCTAVE))) < max_tokens:
+        lengths.add(n)
+        k += 1
+    return tuple(sorted(lengths))
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillTiming:
+    """Prefill seconds and KV bytes at sampled lengths (as an instance's wall clock sees them)."""
+
+    source: str
+    lengths_tokens: tuple[int, ...]
+    prefill_s: tuple[float, ...]
+    cache_bytes: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.lengths_tokens)
+        if n < 2 or len(self.prefill_s) != n or len(self.cache_bytes) != n:
+            raise ValueError("a timing table needs >= 2 points and equal-length columns")
+        if any(b <= a for a, b in zip(self.lengths_tokens, self.lengths_tokens[1:], strict=False)):
+            raise ValueError("timing lengths must increase")
+
+    @classmethod
+    def sampled(
+        cls,
+        source: str,
+        max_tokens: int,
+        prefill_s: Callable[[int], float],
+        cache_bytes: Callable[[int], float],
+    ) -> PrefillTiming:
+        lengths = sample_lengths(max(2, max_tokens))
+        return cls(
+            source,
+            lengths,
+            tuple(prefill_s(n) for n in lengths),
+            tuple(cache_bytes(n) for n in lengths),
+        )
+
+    @classmethod
+    def linear(cls, kv_bytes_per_token: float, max_tokens: int) -> PrefillTiming:
+        """The torch backend's estimate: overhead + slope x tokens, KV linear in tokens."""
+        return cls.sampled(
+            "linear: tiny presets on one CPU core",
+            max_tokens,
+            lambda n: DEFAULT_PREFILL_OVERHEAD_S + DEFAULT_PREFILL_S_PER_TOKEN * n,
+            lambda n: kv_bytes_per_token * n,
+        )
+
+    def at(self, column: tuple[float, ...], length_tokens: int) -> float:
+        """`column` interpolated at `length_tokens` (linear; extrapolated past the ends)."""
+        xs = self.lengths_tokens
+        i = min(max(bisect.bisect_left(xs, length_tokens), 1), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], column[i - 1], column[i]
+        return max(0.0, y0 + (y1 - y0) * (length_tokens - x0) / (x1 - x0))
 
 
 @dataclass(frozen=True, slots=True)
 class LiveProfile:
-    kv_bytes_per_token: float
-    prefill_s_per_token: float = DEFAULT_PREFILL_S_PER_TOKEN
-    prefill_overhead_s: float = 0.01
+    """A `PerfProfile` over one published `PrefillTiming` (the live router's scheduler uses it)."""
+
+    timing: PrefillTiming
     decode_step_s_fixed: float = 0.01
 
     @property
@@ -39,13 +113,13 @@ class LiveProfile:
 
     @property
     def source(self) -> str:
-        return "live: linear prefill model, KV bytes from the instances"
+        return f"live: published by the instances ({self.timing.source})"
 
     def prefill_s(self, length_tokens: int) -> float:
-        return self.prefill_overhead_s + self.prefill_s_per_token * length_tokens
+        return self.timing.at(self.timing.prefill_s, length_tokens)
 
     def cache_bytes(self, length_tokens: int) -> float:
-        return self.kv_bytes_per_token * length_tokens
+        return self.timing.at(self.timing.cache_bytes, length_tokens)
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
         return self.decode_step_s_fixed

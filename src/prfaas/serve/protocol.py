@@ -1,7 +1,8 @@
 """Bodies between the router and the instances (HTTP, JSON; pydantic at this edge).
 
     router                                   instance
-    GET  /info                         ->    InstanceInfo (identity, role, transfer address)
+    GET  /info                         ->    InstanceInfo (identity, role, transfer address,
+                                             prefill timing)
     GET  /state?since=N                ->    InstanceState (load, cache events after seq N)
     POST /tokenize    TokenizeRequest  ->    TokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
@@ -47,6 +48,15 @@ class CacheIdentityBody(_Body):
         return CacheIdentity(scheme, self.algorithm, tuple(GroupKind(k) for k in self.group_kinds))
 
 
+class TimingBody(_Body):
+    """Prefill seconds and KV bytes at sampled lengths (`serve.profile.PrefillTiming`)."""
+
+    source: str
+    lengths_tokens: list[int]
+    prefill_s: list[float]
+    cache_bytes: list[float]
+
+
 class InstanceInfo(_Body):
     name: str
     role: str
@@ -60,6 +70,7 @@ class InstanceInfo(_Body):
     kv_capacity_bytes: int
     max_batch_size: int
     cache: CacheIdentityBody
+    timing: TimingBody | None = None  # None: an older instance (the router assumes linear)
 
 
 class CacheEventBody(_Body):

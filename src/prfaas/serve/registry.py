@@ -175,6 +175,14 @@ class Registry:
             return 0
         return self.index.num_entries(instance_id)
 
+    def timing(self, roles: Sequence[InstanceRole]) -> p.TimingBody | None:
+        """The prefill timing published by a healthy instance of the first of `roles` present."""
+        for role in roles:
+            for inst in self.healthy(role):
+                if inst.info is not None and inst.info.timing is not None:
+                    return inst.info.timing
+        return None
+
     def max_context_tokens(self) -> int:
         infos = [i.info for i in self.healthy() if i.info is not None]
         return min((info.max_context_tokens for info in infos), default=0)
