@@ -13,13 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
+from serve_helpers import emulated_instance
 
 from prfaas.serve.config import (
     Backend,
     Deployment,
     EmulationSpec,
     InstanceRole,
-    InstanceSpec,
     RouterSpec,
     load_deployment,
 )
@@ -32,17 +32,6 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 BYTE_FACTOR = 1 / 1024
 SHORT = "a short prompt " * 4  # 61 tokens <= t
 LONG = "a much longer prompt " * 20  # 421 tokens > t = 128
-
-
-def _emulated(name: str, role: InstanceRole, cluster: str, chip: str) -> InstanceSpec:
-    return InstanceSpec(
-        name=name,
-        role=role,
-        cluster=cluster,
-        backend=Backend.EMULATED,
-        chip=chip,
-        capacity_mib=8192,
-    )
 
 
 def _scaled_kv_bytes(chip: str, num_tokens: int) -> int:
@@ -129,9 +118,9 @@ def launcher() -> Iterator[Launcher]:
         router=RouterSpec(port=0),
         emulation=EmulationSpec(time_factor=0.01, byte_factor=BYTE_FACTOR),
         instances=(
-            _emulated("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),
-            _emulated("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
-            _emulated("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
+            emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),
+            emulated_instance("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
+            emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
         ),
     )
     launcher = Launcher(deployment)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from serve_helpers import emulated_instance
 
 from prfaas.serve.config import (
-    Backend,
     Deployment,
     EmulationSpec,
     InstanceRole,
-    InstanceSpec,
     RouterSpec,
 )
 from prfaas.serve.emulated import EmulatedBackend
@@ -30,24 +29,15 @@ TIME_FACTOR = 2.0
 BYTE_FACTOR = 1 / 256
 
 
-def _spec(name: str, role: InstanceRole, cluster: str, chip: str) -> InstanceSpec:
-    return InstanceSpec(
-        name=name,
-        role=role,
-        cluster=cluster,
-        backend=Backend.EMULATED,
-        chip=chip,
-        capacity_mib=8192,
-    )
-
-
 def _deployment(*, with_prfaas: bool = True) -> Deployment:
     instances = [
-        _spec("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
-        _spec("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
+        emulated_instance("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
+        emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
     ]
     if with_prfaas:
-        instances.insert(0, _spec("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"))
+        instances.insert(
+            0, emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200")
+        )
     return Deployment(
         model="prfaas-1t",
         block_tokens=512,

@@ -18,22 +18,8 @@ without the matching state. A request's lifecycle:
     cache.complete_transfer(t.transfer_id)        # the receiver acked: tail + state freed
     index.apply(cache.take_events())              # BlockStored / BlockRemoved
 
-Running out of pages is a normal return value (`OutOfPages`); misuse raises:
-
-    KVCacheError
-    ├── CacheMisuseError            the caller broke the pool's protocol (a bug)
-    │   ├── UnknownBlockError       a block id the pool never issued
-    │   │   └── DoubleFreeError     a block id already freed or evicted
-    │   ├── RefcountUnderflowError  a release of a block nobody holds
-    │   ├── BlockStateError         caching a private/transfer block, or one cached already
-    │   ├── InvalidRequestError     block hashes that do not fit the token count
-    │   ├── UnknownRequestError / DuplicateRequestError
-    │   ├── UnknownTransferError    acking a transfer that is not pinned
-    │   ├── UnknownInstanceError    an index query or event for an unregistered instance
-    │   └── StorageUnavailableError data access on a bookkeeping-only pool
-    ├── CacheConfigError            a layout, config or storage that cannot work (ValueError)
-    ├── IncompatibleCacheError      an instance hashing blocks differently from the index
-    └── EventStreamError            an event stream that contradicts what the index holds
+Running out of pages is a normal return value (`OutOfPages`); misuse raises a `KVCacheError`
+(the tree is drawn in `kvcache.errors`).
 
 Design notes, the page alignment rule and measured costs: docs/kvcache.md.
 """

@@ -29,7 +29,11 @@ from prfaas.transfer import PeerIdentity
 
 @dataclass(frozen=True, slots=True)
 class KvSlice:
-    """One layer's (or state group's) KV for a token range: one transfer slice."""
+    """One layer's (or state group's) KV for a token range: one transfer slice.
+
+    Field for field the same as `engine.export.ExportRecord`; it is restated here because
+    importing `prfaas.engine` loads torch, which emulated instances must not.
+    """
 
     layer_index: int
     group_index: int
