@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from transfer_helpers import run
 
 from prfaas.transfer import RequestId, SliceKey, SliceMeta
-from prfaas.transfer.framing import FramedConnection, payload_crc32
+from prfaas.transfer.framing import FramedConnection, payload_checksum
 from prfaas.transfer.memory import MemoryConnection, _Pipe
 from prfaas.transfer.wire import DataHeader, FrameKind, RequestMark, encode_header
 
@@ -32,7 +32,7 @@ def _encode(frames: list[tuple[str, object]]) -> bytes:
             meta = SliceMeta(SliceKey(i, 0, 0, 1), "uint8", (len(value),), len(value))
             header = DataHeader(RequestId("r"), i, meta, 0).encode()
             out += encode_header(
-                FrameKind.DATA, header, len(value), payload_crc32([memoryview(value)])
+                FrameKind.DATA, header, len(value), payload_checksum([memoryview(value)])
             )
             out += value
         else:
@@ -62,7 +62,7 @@ def test_frames_survive_arbitrary_chunking(
                 payload = bytearray(frame.prefix.payload_len)
                 views = [memoryview(payload)]
                 await conn.read_payload_into(views)
-                assert payload_crc32(views) == frame.prefix.payload_crc32
+                assert payload_checksum(views) == frame.prefix.payload_check
                 decoded.append(("data", bytes(payload)))
             else:
                 decoded.append(("end", RequestMark.decode(frame.meta).count))

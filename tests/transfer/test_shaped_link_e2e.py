@@ -44,9 +44,10 @@ def shaped_link() -> Iterator[EmulatedLink]:
     yield from _link(LinkSpec(rate_bits_per_s=RATE_BITS_PER_S))
 
 
-@pytest.fixture
-def delayed_link() -> Iterator[EmulatedLink]:
-    yield from _link(LinkSpec(rate_bits_per_s=RATE_BITS_PER_S, one_way_delay_s=0.01))
+@pytest.fixture(params=[False, True], ids=["both-ways", "return-path"])
+def delayed_link(request: pytest.FixtureRequest) -> Iterator[EmulatedLink]:
+    spec = LinkSpec(RATE_BITS_PER_S, one_way_delay_s=0.01, delay_return_path_only=request.param)
+    yield from _link(spec)
 
 
 async def _overload(link: EmulatedLink, duration_s: float) -> list[LinkSignals]:

@@ -6,6 +6,7 @@ holds no page afterwards (nothing leaks). Run over the in-memory and the TCP tra
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -187,6 +188,30 @@ def test_sender_abort_frees_receiver_pages(kind: str) -> None:
             await wait_until(lambda: pair.sink.num_free_pages == pair.sink.num_pages)
             with pytest.raises(TransferAbortedError):
                 await transfer.finish()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pages_still_being_written_are_freed_only_when_their_read_ends(kind: str) -> None:
+    """An abort processed on one connection while another is mid-payload must not hand those
+    pages back yet: a new request could get them and have its KV overwritten."""
+
+    async def scenario() -> None:
+        inner = make_transport(kind)
+        faulty = FaultyTransport(inner)
+        async with running_pair(inner, sender_transport=faulty) as pair:
+            gate = asyncio.Event()
+            faulty.stall_next_payload = gate
+            transfer = await pair.sender.start_transfer(pair.address, RequestId("torn"))
+            await _send_layers(transfer, 1)
+            await faulty.stalled.wait()
+            await transfer.abort("prefill instance preempted")
+            (aborted,) = await collect(pair.receiver, 1)
+            assert isinstance(aborted, TransferAborted)
+            assert pair.sink.num_free_pages < pair.sink.num_pages  # the landing frame's pages
+            gate.set()
+            await wait_until(lambda: pair.sink.num_free_pages == pair.sink.num_pages)
 
     run(scenario())
 

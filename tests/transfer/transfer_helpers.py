@@ -192,7 +192,8 @@ async def wait_until(predicate: Any, poll_s: float = 0.005) -> None:
 
 
 class FaultyConnection:
-    """Wraps a connection; can flip one byte of the next DATA frame's header or payload."""
+    """Wraps a connection; can flip one byte of the next DATA frame's header or payload, or
+    stop the next DATA frame halfway through its payload until a gate opens."""
 
     def __init__(self, inner: Connection, faults: FaultyTransport) -> None:
         self._inner = inner
@@ -210,6 +211,14 @@ class FaultyConnection:
             flipped = bytearray(parts[index])
             flipped[len(flipped) // 2] ^= 0xFF
             parts = [flipped, parts[1]] if index == 0 else [parts[0], flipped]
+        gate = self._faults.stall_next_payload
+        if gate is not None and len(parts) == 2:
+            self._faults.stall_next_payload = None
+            half = len(parts[1]) // 2
+            await self._inner.write([parts[0], parts[1][:half]])
+            self._faults.stalled.set()
+            await gate.wait()
+            parts = [parts[1][half:]]
         await self._inner.write(parts)
 
     async def read_into(self, view: memoryview) -> None:
@@ -231,6 +240,8 @@ class FaultyTransport:
     def __init__(self, inner: Transport) -> None:
         self._inner = inner
         self.corrupt_part: str | None = None
+        self.stall_next_payload: asyncio.Event | None = None
+        self.stalled = asyncio.Event()
         self.connections: list[FaultyConnection] = []
 
     async def connect(self, address: PeerAddress) -> Connection:

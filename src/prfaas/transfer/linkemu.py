@@ -4,6 +4,9 @@
     emulated_link(LinkSpec(rate_bits_per_s=1e9, one_way_delay_s=0.01))  TUN pair joined by the
                                                                         user-space `delayline`
                                                                         (20 ms RTT), tbf each way
+    emulated_link(LinkSpec(..., one_way_delay_s=0.01,                   veth pair for data, the
+                           delay_return_path_only=True))                whole 20 ms on the return
+                                                                        path (fast; benchmarks)
 
     ns "<id>s" (sender)  10.213.X.1  ──tbf──►  link  ──tbf──►  10.213.X.2  ns "<id>r" (receiver)
 
@@ -34,6 +37,15 @@ from prfaas.transfer.transport import PeerAddress, SocketFactory
 
 DEFAULT_MTU_BYTES = 9000
 TBF_LATENCY_MS = 50
+# Both hosts are tuned as inter-cluster transfer hosts are (long fat network): socket buffers
+# may grow to 64 MiB (a 5 Gbit/s x 20 ms path needs 12.5 MB in flight, the kernel default caps
+# one connection at 4 MiB), and a connection idle between two transfers keeps its congestion
+# window instead of slow-starting again (persistent links carry bursty per-request traffic).
+HOST_SYSCTLS = {
+    "net/ipv4/tcp_rmem": "4096 131072 67108864",
+    "net/ipv4/tcp_wmem": "4096 16384 67108864",
+    "net/ipv4/tcp_slow_start_after_idle": "0",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +53,10 @@ class LinkSpec:
     rate_bits_per_s: float
     one_way_delay_s: float = 0.0
     mtu_bytes: int = DEFAULT_MTU_BYTES
+    # Same RTT, but the whole of it on the return path: data never crosses the user-space
+    # delay line (fast), yet lands one_way_delay_s early. For goodput benchmarks; see
+    # `_return_path_delayed`.
+    delay_return_path_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +111,26 @@ def socket_in_netns(netns: str) -> socket.socket:
     return made[0]
 
 
+def _write_sysctls(netns: str, values: dict[str, str]) -> None:
+    """Write /proc/sys entries inside `netns` (/proc/sys/net is per network namespace)."""
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            enter_netns(netns)
+            for name, value in values.items():
+                with open(f"/proc/sys/{name}", "w") as f:
+                    f.write(value)
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=work, name=f"sysctl-{netns}")
+    thread.start()
+    thread.join()
+    if failed:
+        raise LinkEmulationError(f"cannot set sysctls in {netns}: {failed[0]}")
+
+
 def _ip(*args: str) -> None:
     result = subprocess.run(args, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -121,17 +157,28 @@ def _veth(link: EmulatedLink, prefix: str) -> None:
         _shape(netns, dev, link.spec)
 
 
-def _tun_pair(link: EmulatedLink, prefix: str, stack: ExitStack) -> None:
-    a, b = f"{prefix}a", f"{prefix}b"
+def _start_delay_line(
+    link: EmulatedLink, tun_s: str, tun_r: str, delay_s: float, stack: ExitStack
+) -> None:
+    """The `delayline` process owning TUN devices `tun_s` (sender ns) and `tun_r` (receiver ns)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "prfaas.transfer.delayline", link.sender_netns, a,
-         link.receiver_netns, b, str(link.spec.one_way_delay_s)],
+        [sys.executable, "-m", "prfaas.transfer.delayline", link.sender_netns, tun_s,
+         link.receiver_netns, tun_r, str(delay_s)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     stack.callback(_stop, process)
     assert process.stdout is not None
     if process.stdout.readline().strip() != "ready":
         raise LinkEmulationError("the delay line did not start")
+
+
+def _tun_pair(link: EmulatedLink, prefix: str, stack: ExitStack) -> None:
+    """Both directions through the delay line, each held one_way_delay_s: faithful one-way
+    timing (KV lands one_way_delay_s after it leaves), but every data packet crosses user
+    space, which caps the rate at what one Python process forwards (through a 5 Gbit/s link,
+    iperf3 got 1.3-3.6 Gbit/s on the 2-core development host)."""
+    a, b = f"{prefix}a", f"{prefix}b"
+    _start_delay_line(link, a, b, link.spec.one_way_delay_s, stack)
     ends = [
         (link.sender_netns, a, link.sender_ip, link.receiver_ip),
         (link.receiver_netns, b, link.receiver_ip, link.sender_ip),
@@ -140,6 +187,34 @@ def _tun_pair(link: EmulatedLink, prefix: str, stack: ExitStack) -> None:
         _ip("ip", "-n", netns, "addr", "add", ip, "peer", peer, "dev", dev)
         _ip("ip", "-n", netns, "link", "set", dev, "mtu", str(link.spec.mtu_bytes), "up")
         _shape(netns, dev, link.spec)
+
+
+def _return_path_delayed(link: EmulatedLink, prefix: str, stack: ExitStack) -> None:
+    """The shaped veth pair for data, plus a return path through the delay line holding every
+    packet for the whole round trip (2 x one_way_delay_s).
+
+    TCP reacts to the round-trip time only: where on the path the delay sits matters neither
+    to the congestion window nor to the RTT the kernel measures. Delaying the return path
+    alone keeps the bulk data off the user-space delay line, which only sees ACKs and the
+    receiver's small frames, so goodput through the link can be measured at gigabit rates.
+    What it changes: data lands at once and the reply takes the whole RTT, so the receiver
+    sees a transfer one_way_delay_s early (a sender still sees completion one RTT after its
+    last byte). Hence opt-in (`LinkSpec.delay_return_path_only`), for goodput measurements.
+
+        ns "<id>s"  veth ──tbf──► veth  ns "<id>r"       data: shaped, not delayed
+                    tun  ◄──── delay ◄── tun ◄─tbf─       return path (route to the sender's
+                                                          address): shaped, held 2 x delay
+    """
+    _veth(link, prefix)
+    tun_s, tun_r = f"{prefix}x", f"{prefix}y"
+    _start_delay_line(link, tun_s, tun_r, 2 * link.spec.one_way_delay_s, stack)
+    mtu = str(link.spec.mtu_bytes)
+    # The sender accepts the receiver's packets on the TUN, not on the veth it sends from.
+    _write_sysctls(link.sender_netns, {f"net/ipv4/conf/{n}/rp_filter": "0" for n in ("all", tun_s)})
+    _ip("ip", "-n", link.sender_netns, "link", "set", tun_s, "mtu", mtu, "up")
+    _ip("ip", "-n", link.receiver_netns, "link", "set", tun_r, "mtu", mtu, "up")
+    _ip("ip", "-n", link.receiver_netns, "route", "add", f"{link.sender_ip}/32", "dev", tun_r)
+    _shape(link.receiver_netns, tun_r, link.spec)
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -166,7 +241,10 @@ def emulated_link(spec: LinkSpec) -> Iterator[EmulatedLink]:
             _ip("ip", "netns", "add", netns)
             stack.callback(subprocess.run, ["ip", "netns", "del", netns], check=False)
             _ip("ip", "-n", netns, "link", "set", "lo", "up")
-        if spec.one_way_delay_s > 0:
+            _write_sysctls(netns, HOST_SYSCTLS)
+        if spec.one_way_delay_s > 0 and spec.delay_return_path_only:
+            _return_path_delayed(link, prefix, stack)
+        elif spec.one_way_delay_s > 0:
             _tun_pair(link, prefix, stack)
         else:
             _veth(link, prefix)

@@ -10,6 +10,8 @@ complete when END has arrived and the counted frames and bytes, and every slice,
 Every DATA frame read is acknowledged (ACK) on its connection, even one that is discarded,
 so the sender's window always drains. Pages are allocated on a slice's first frame and
 freed on every failure path: after `close()` or any fault, the sink holds nothing uncommitted.
+A page a payload is still landing in (on another connection) is freed when that read ends,
+never before, so it cannot be handed to another request while bytes still arrive in it.
 
 Sessions: all connections of one sender link share a session id (from HELLO). Losing any of
 them aborts all of that session's requests, because frames in flight on it are lost.
@@ -35,7 +37,7 @@ from prfaas.transfer.events import (
     TransferAborted,
     TransferReceived,
 )
-from prfaas.transfer.framing import Frame, FramedConnection, payload_crc32
+from prfaas.transfer.framing import Frame, FramedConnection, payload_checksum
 from prfaas.transfer.handshake import server_handshake
 from prfaas.transfer.keys import RequestId, SessionId, SliceKey, SliceMeta
 from prfaas.transfer.sink import PageSink
@@ -61,6 +63,8 @@ class _Incoming:
     num_frames: int = 0
     received_bytes: int = 0
     expected: RequestMark | None = None
+    reads_in_flight: int = 0
+    is_aborted: bool = False
 
 
 @dataclass(slots=True)
@@ -70,6 +74,7 @@ class _Session:
     connections: list[FramedConnection] = field(default_factory=list)
     requests: dict[RequestId, _Incoming] = field(default_factory=dict)
     tombstones: OrderedDict[RequestId, None] = field(default_factory=OrderedDict)
+    is_dropped: bool = False
 
 
 def _subviews(views: list[memoryview], offset: int, nbytes: int) -> list[memoryview]:
@@ -151,8 +156,12 @@ class Receiver:
             self._sessions[hello.session_id] = session
         session.connections.append(conn)
         try:
-            while True:
-                await self._on_frame(session, conn, await conn.read_frame())
+            # A frame read on one connection while another dropped the session is not acted on:
+            # it would begin a request (and take pages) in a session nobody will free again.
+            while not session.is_dropped:
+                frame = await conn.read_frame()
+                if not session.is_dropped:
+                    await self._on_frame(session, conn, frame)
         except TransferError as exc:
             reason = (
                 AbortReason.PROTOCOL_VIOLATION
@@ -197,8 +206,10 @@ class Receiver:
         if request is None or views is None:
             await conn.discard_payload(nbytes)
         else:
-            await conn.read_payload_into(views)
-            if payload_crc32(views) != frame.prefix.payload_crc32:
+            await self._read_payload(conn, request, views)
+            if request.is_aborted:
+                pass  # aborted (from another connection) while the payload landed: drop it
+            elif payload_checksum(views) != frame.prefix.payload_check:
                 message = f"payload checksum mismatch in frame {header.seq} of {rid}"
                 await self._abort(session, rid, AbortReason.CHECKSUM_MISMATCH, message, conn)
             else:
@@ -209,6 +220,25 @@ class Receiver:
         await conn.send(FrameKind.ACK, RequestMark(rid, header.seq, nbytes).encode())
         if request is not None and rid in session.requests:
             await self._complete_if_ready(session, conn, request)
+
+    async def _read_payload(
+        self, conn: FramedConnection, request: _Incoming, views: list[memoryview]
+    ) -> None:
+        """Read into the request's pages; an abort meanwhile defers freeing them to the end
+        of the read, so pages still being written are never handed to another request."""
+        request.reads_in_flight += 1
+        try:
+            await conn.read_payload_into(views)
+        finally:
+            request.reads_in_flight -= 1
+            if request.is_aborted and request.reads_in_flight == 0:
+                self._sink.free(request.request_id)
+
+    def _free(self, request: _Incoming) -> None:
+        """Forget an aborted request; its pages go back now or when its last read ends."""
+        request.is_aborted = True
+        if request.reads_in_flight == 0:
+            self._sink.free(request.request_id)
 
     async def _destination(
         self, session: _Session, request: _Incoming, header: DataHeader, nbytes: int
@@ -266,8 +296,9 @@ class Receiver:
         session.tombstones[request_id] = None
         while len(session.tombstones) > MAX_TOMBSTONES:
             session.tombstones.popitem(last=False)
-        if session.requests.pop(request_id, None) is not None:
-            self._sink.free(request_id)
+        request = session.requests.pop(request_id, None)
+        if request is not None:
+            self._free(request)
         self._emit(TransferAborted(request_id, session.peer, reason, message))
         if reason is AbortReason.SENDER_ABORTED:
             return
@@ -278,11 +309,13 @@ class Receiver:
                 await target.send(FrameKind.ABORT, Abort(request_id, reason, message).encode())
 
     def _drop_session(self, session: _Session, reason: AbortReason, message: str) -> None:
-        if self._sessions.pop(session.session_id, None) is None:
+        if session.is_dropped:
             return
-        for request_id in list(session.requests):
+        session.is_dropped = True
+        del self._sessions[session.session_id]
+        for request_id, request in list(session.requests.items()):
             del session.requests[request_id]
-            self._sink.free(request_id)
+            self._free(request)
             self._emit(TransferAborted(request_id, session.peer, reason, message))
         for conn in session.connections:
             conn.abort()

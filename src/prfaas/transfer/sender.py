@@ -105,6 +105,9 @@ class OutgoingTransfer:
     def complete(self, received_bytes: int) -> None:
         if self.is_done:
             return
+        # COMPLETED acknowledges every byte, even if some frame's own ACK, sent on another
+        # connection, has not been read yet (connections are not ordered with each other).
+        self.acked_bytes = received_bytes
         duration_s = self._link.now_s() - self._started_s
         peer = str(self._link.address)
         self._events.append(TransferCompleted(self.request_id, peer, received_bytes, duration_s))

@@ -3,11 +3,15 @@
 A transport moves bytes; it knows nothing of frames. The sender and receiver are written against
 `Transport` / `Connection` only, so the same contract tests run over TCP and in memory.
 
-The TCP connection is an `asyncio.BufferedProtocol`: when the receiver asks for a payload of N
-bytes it hands the destination pages to `read_into`, and the event loop's `recv_into` writes
-straight into them (no intermediate bytes objects). Small reads (frame headers) go through a
-staging buffer. Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`;
-`framing` translates those into the package's exception tree.
+Plain TCP (`_SocketStream`) drives a blocking socket from two threads per connection, one per
+direction, so the event loop wakes once per frame rather than once per socket-buffer's worth:
+a write is one `sendmsg` of the header and the payload from their own buffers (no
+concatenation, no copy into a transport buffer), and a large read is one
+`recv_into(..., MSG_WAITALL)` straight into the destination pages; both release the GIL. Small
+reads (frame headers) go through a staging buffer. TLS (`_TcpStream`) is an
+`asyncio.BufferedProtocol` that also reads payloads straight into the caller's pages.
+Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`; `framing`
+translates those into the package's exception tree.
 
 Lifecycle: `connect` / `listen` -> `read_into` / `write` -> `close` (orderly) or `abort` (reset).
 """
@@ -15,9 +19,14 @@ Lifecycle: `connect` / `listen` -> `read_into` / `write` -> `close` (orderly) or
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import socket
+import threading
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from prfaas.transfer.config import TlsConfig
@@ -27,6 +36,9 @@ Buffer = bytes | bytearray | memoryview
 SocketFactory = Callable[[], socket.socket]
 STAGING_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
+DIRECT_READ_BYTES = 64 * 1024
+MAX_QUEUED_WRITES = 1
+ABORT_READ_WAIT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -223,6 +235,248 @@ class _TcpStream(asyncio.BufferedProtocol):
             waiter.set_exception(ConnectionResetError(str(exc)))
 
 
+@dataclass(frozen=True, slots=True)
+class _Stop:
+    """Sentinel for an `_IoThread`: run `final` (if any), then exit."""
+
+    final: Callable[[], None] | None = None
+
+
+_Job = tuple[Callable[[], int], "asyncio.Future[int]"]
+
+
+class _IoThread:
+    """A daemon thread running one direction's blocking socket calls, in submission order.
+
+    Its own thread, not an executor's: a call blocked on a silent peer must neither hold up
+    another connection's calls nor interpreter exit."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, name: str, on_exit: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._jobs: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._on_exit = on_exit
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, call: Callable[[], int]) -> asyncio.Future[int]:
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._jobs.put((call, future))
+        return future
+
+    def stop(self, final: Callable[[], None] | None = None) -> None:
+        self._jobs.put(_Stop(final))
+
+    def _run(self) -> None:
+        try:
+            while not isinstance(job := self._jobs.get(), _Stop):
+                call, future = job
+                try:
+                    outcome: int | Exception = call()
+                except Exception as exc:  # handed over to the awaiting coroutine
+                    outcome = exc
+                with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting
+                    self._loop.call_soon_threadsafe(_settle, future, outcome)
+            if job.final is not None:
+                job.final()
+        finally:
+            self._on_exit()
+
+
+def _retrieve(future: asyncio.Future[int]) -> None:
+    """A queued write's error also fails the next write or read; never log it as unretrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _settle(future: asyncio.Future[int], outcome: int | Exception) -> None:
+    if future.done():  # the awaiting coroutine was cancelled
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+class _SocketStream:
+    """Plain TCP over a blocking socket driven by a reader and a writer thread (module doc).
+
+    Page safety: `abort()` returns only once no `recv` can still be writing into a caller's
+    buffer, so a receiver may free (and reuse) the destination pages right after it."""
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        sock.setblocking(True)
+        # Small frames (ACKs, END) must not wait for Nagle's algorithm.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = sock.getpeername()
+        self.peer_name = f"{peer[0]}:{peer[1]}"
+        self._sock = sock
+        self._staging = memoryview(bytearray(STAGING_BYTES))
+        self._lo = self._hi = 0
+        self._closed: str | None = None
+        self._read_lock = threading.Lock()
+        self._writes: deque[asyncio.Future[int]] = deque()
+        self._threads_left = 2
+        self._exit_lock = threading.Lock()
+        self._reader = _IoThread(loop, f"tcp-read-{self.peer_name}", self._thread_exited)
+        self._writer = _IoThread(loop, f"tcp-write-{self.peer_name}", self._thread_exited)
+
+    async def read_into(self, view: memoryview) -> None:
+        filled = self._take_staged(view)
+        while filled < len(view):
+            if self._closed is not None:
+                raise ConnectionResetError(f"connection is {self._closed}")
+            rest = view[filled:]
+            if len(rest) >= DIRECT_READ_BYTES:
+                got = await self._reader.submit(partial(self._recv, rest, socket.MSG_WAITALL))
+                filled += got
+                if got < len(rest):
+                    raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
+            else:
+                free = self._staging[self._hi :]
+                ready = self._recv_ready(free)
+                got = (
+                    ready
+                    if ready is not None
+                    else await self._reader.submit(partial(self._recv, free, 0))
+                )
+                if got == 0:
+                    raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
+                self._hi += got
+                filled += self._take_staged(rest)
+
+    async def write(self, parts: Sequence[Buffer]) -> None:
+        if self._closed is not None:
+            raise ConnectionResetError(f"connection is {self._closed}")
+        views = [memoryview(part).cast("B") for part in parts]
+        written = self._writer.submit(partial(self._send_all, views))
+        written.add_done_callback(_retrieve)
+        # Double buffering: return while this write is queued behind the one being sent, so
+        # the writer thread always has the next frame at hand; wait only beyond that.
+        self._writes.append(written)
+        if len(self._writes) > MAX_QUEUED_WRITES:
+            await asyncio.wait([self._writes[0]])  # not `await`: cancelling us must not cancel it
+        while self._writes and self._writes[0].done():
+            self._writes.popleft().result()  # a failed write raises here
+
+    def tcp_info(self) -> TcpInfo | None:
+        return read_tcp_info(self._sock)
+
+    def close(self) -> None:
+        """Orderly: writes already queued still go out, then both directions shut down."""
+        if self._closed is None:
+            self._closed = "closed"
+            self._writer.stop(final=self._shutdown)
+            self._reader.stop()
+
+    def abort(self) -> None:
+        if self._closed is None:
+            self._closed = "aborted"
+            self._writer.stop()
+            self._reader.stop()
+        self._shutdown()  # wakes both threads out of blocking calls
+        if self._read_lock.acquire(timeout=ABORT_READ_WAIT_S):
+            self._read_lock.release()
+
+    # -- run on the I/O threads ---------------------------------------------------------------
+    def _recv(self, view: memoryview, flags: int) -> int:
+        """Fill `view` (MSG_WAITALL) or take what has arrived (0); fewer bytes = end of stream."""
+        with self._read_lock:
+            got = 0
+            while got < len(view) and self._closed != "aborted":
+                n = self._sock.recv_into(view[got:], 0, flags)
+                if n == 0:
+                    break
+                got += n
+                if not flags & socket.MSG_WAITALL:
+                    break
+            return got
+
+    def _recv_ready(self, view: memoryview) -> int | None:
+        """What has already arrived, read without blocking on the event loop (no thread hop
+        for a frame header that is waiting); None when nothing has or the reader is busy."""
+        if not self._read_lock.acquire(blocking=False):
+            return None
+        try:
+            return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
+        finally:
+            self._read_lock.release()
+
+    def _send_all(self, views: list[memoryview]) -> int:
+        total = sum(len(v) for v in views)
+        while views:
+            sent = self._sock.sendmsg(views)
+            while views and sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            if views:
+                views[0] = views[0][sent:]
+        return total
+
+    def _shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _thread_exited(self) -> None:
+        with self._exit_lock:
+            self._threads_left -= 1
+            if self._threads_left == 0:
+                self._sock.close()
+
+    # -- run on the event loop ----------------------------------------------------------------
+    def _take_staged(self, view: memoryview) -> int:
+        size = min(self._hi - self._lo, len(view))
+        view[:size] = self._staging[self._lo : self._lo + size]
+        self._lo += size
+        if self._lo == self._hi:
+            self._lo = self._hi = 0
+        return size
+
+
+class _SocketListener:
+    def __init__(self, sock: socket.socket, handler: ConnectionHandler) -> None:
+        self._sock = sock
+        self._handler = handler
+        self._loop = asyncio.get_running_loop()
+        self._tasks: set[asyncio.Task[None]] = set()
+        host, port = sock.getsockname()[:2]
+        self._address = PeerAddress(host, port)
+        self._accepting = self._loop.create_task(self._accept())
+
+    @property
+    def address(self) -> PeerAddress:
+        return self._address
+
+    async def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = await self._loop.sock_accept(self._sock)
+            except ConnectionError:
+                continue  # the peer gave up before we got to it
+            try:
+                stream = _SocketStream(conn, self._loop)
+            except OSError:  # reset between accept and setup (no peer name any more)
+                conn.close()
+                continue
+            task = self._loop.create_task(self._serve(stream))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream: _SocketStream) -> None:
+        try:
+            await self._handler(stream)
+        finally:
+            stream.close()
+
+    async def close(self) -> None:
+        self._accepting.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(self._accepting, *self._tasks, return_exceptions=True)
+        self._sock.close()
+
+
 class _TcpListener:
     def __init__(self, server: asyncio.Server, tasks: set[asyncio.Task[None]]) -> None:
         self._server = server
@@ -243,7 +497,7 @@ class _TcpListener:
 
 class TcpTransport:
     """TCP, optionally TLS. `socket_factory` creates the sockets (for instance inside a network
-    namespace, see `linkemu`); by default the event loop creates them."""
+    namespace, see `linkemu`); by default they are plain sockets of the address's family."""
 
     def __init__(
         self, tls: TlsConfig | None = None, socket_factory: SocketFactory | None = None
@@ -253,31 +507,30 @@ class TcpTransport:
 
     async def connect(self, address: PeerAddress) -> Connection:
         loop = asyncio.get_running_loop()
-        ssl_context = self._tls.client_context() if self._tls else None
-        hostname = self._tls.server_hostname if self._tls else None
-        if self._socket_factory is None:
-            _, stream = await loop.create_connection(
-                _TcpStream, address.host, address.port, ssl=ssl_context, server_hostname=hostname
-            )
-            return stream
-        sock = self._socket_factory()
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, (address.host, address.port))
-        except BaseException:
-            sock.close()
-            raise
+        sock = await self._connected_socket(address)
+        if self._tls is None:
+            try:
+                return _SocketStream(sock, loop)
+            except OSError:
+                sock.close()
+                raise
         _, stream = await loop.create_connection(
-            _TcpStream, sock=sock, ssl=ssl_context, server_hostname=hostname
+            _TcpStream,
+            sock=sock,
+            ssl=self._tls.client_context(),
+            server_hostname=self._tls.server_hostname,
         )
         return stream
 
     async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
+        sock = self._listening_socket(address)
+        if self._tls is None:
+            return _SocketListener(sock, handler)
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task[None]] = set()
 
         def serve(stream: _TcpStream) -> None:
-            # Called once TCP (and TLS) is up: a failed TLS handshake never reaches the handler.
+            # Called once TCP and TLS are up: a failed TLS handshake never reaches the handler.
             task = loop.create_task(handler(stream))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -285,15 +538,34 @@ class TcpTransport:
         def make_stream() -> _TcpStream:
             return _TcpStream(serve)
 
-        ssl_context = self._tls.server_context() if self._tls else None
+        ssl_context = self._tls.server_context()
+        server = await loop.create_server(make_stream, sock=sock, ssl=ssl_context)
+        return _TcpListener(server, tasks)
+
+    async def _connected_socket(self, address: PeerAddress) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        if self._socket_factory is not None:
+            sock = self._socket_factory()
+            target: tuple[Any, ...] = (address.host, address.port)
+        else:
+            infos = await loop.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+            family, kind, proto, _, target = infos[0]
+            sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, target)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _listening_socket(self, address: PeerAddress) -> socket.socket:
         if self._socket_factory is None:
-            server = await loop.create_server(
-                make_stream, address.host, address.port, ssl=ssl_context
-            )
+            sock = socket.create_server((address.host, address.port), backlog=128)
         else:
             sock = self._socket_factory()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((address.host, address.port))
             sock.listen(128)
-            server = await loop.create_server(make_stream, sock=sock, ssl=ssl_context)
-        return _TcpListener(server, tasks)
+        sock.setblocking(False)
+        return sock

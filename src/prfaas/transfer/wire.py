@@ -5,17 +5,21 @@ Every frame is a 24-byte prefix, `meta_len` bytes of kind-specific metadata, the
 
     offset  size  field
     0       2     magic b"PF"
-    2       1     protocol version (1)
+    2       1     protocol version (2)
     3       1     kind (FrameKind)
     4       4     meta_len       u32
     8       8     payload_len    u64
-    16      4     payload_crc32  u32 (zlib.crc32 of the payload; 0 when there is none)
+    16      4     payload_check  u32 (low 32 bits of XXH3-64 of the payload; 0 when none)
     20      4     header_crc32   u32 (zlib.crc32 of bytes 0..20 followed by the meta)
     24      ...   meta, then payload
 
 All integers are big-endian. The header checksum is verified before `payload_len` is trusted,
 so a corrupt length never makes a receiver allocate; the payload checksum is verified after
 the payload has landed in the destination pages.
+
+Version 2 replaced version 1's zlib CRC-32 of the payload by XXH3-64 (truncated to the same
+32-bit field): about 5x faster on this hardware (28 vs 6 GB/s per core), and the payload check
+runs over every byte on both ends, so it bounds goodput. Headers keep CRC-32 (a few dozen bytes).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from prfaas.transfer.errors import AbortReason, FrameError, RejectReason
 from prfaas.transfer.keys import MAX_REQUEST_ID_BYTES, RequestId, SessionId, SliceKey, SliceMeta
 
 MAGIC = b"PF"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 PREFIX = struct.Struct("!2sBBIQII")
 MAX_META_BYTES = 4096
 NONCE_BYTES = 32
@@ -60,15 +64,15 @@ class FramePrefix:
     kind: FrameKind
     meta_len: int
     payload_len: int
-    payload_crc32: int
+    payload_check: int
     header_crc32: int
 
 
 def encode_header(
-    kind: FrameKind, meta: bytes, payload_len: int = 0, payload_crc32: int = 0
+    kind: FrameKind, meta: bytes, payload_len: int = 0, payload_check: int = 0
 ) -> bytes:
     """Prefix plus meta of one frame, checksummed."""
-    head = PREFIX.pack(MAGIC, PROTOCOL_VERSION, kind, len(meta), payload_len, payload_crc32, 0)
+    head = PREFIX.pack(MAGIC, PROTOCOL_VERSION, kind, len(meta), payload_len, payload_check, 0)
     crc = zlib.crc32(meta, zlib.crc32(head[:20]))
     return head[:20] + crc.to_bytes(4, "big") + meta
 
