@@ -162,31 +162,88 @@ def _wait_router_saw_cache_events(launcher: Launcher, name: str) -> None:
     raise AssertionError(f"the router never applied {name}'s cache events")
 
 
-def test_repeated_long_prompt_reuses_its_cached_prefix(
+def _metric(launcher: Launcher, name: str) -> dict[tuple[str, ...], float]:
+    text = httpx.get(launcher.url + "/metrics").text
+    family = next(f for f in text_string_to_metric_families(text) if f.name == name)
+    return {tuple(s.labels.values()): s.value for s in family.samples if s.name.endswith("_total")}
+
+
+def test_repeated_long_prompt_moves_its_cached_prefix_to_pd_p(
     launcher: Launcher, client: openai.OpenAI
 ) -> None:
-    """Issue 8: the second send restores the prefix the first left on the PrfaaS instance."""
+    """Issue 8 deliverable 3: the first send leaves the prompt's prefix on the PrfaaS instance.
+    The repeat has almost nothing uncached, so the plentiful rule serves it at PD-P with a
+    `CacheMove`: the PrfaaS instance ships the prefix blocks and the state snapshot over the
+    inter-cluster link to PD-P, which inserts them into its pool and prefills with the hit.
+    Same text as the cold first send; the moved bytes are counted."""
     prompt = "A long prompt that is sent twice and served from the prefix cache. " * 5
-    hits_before = _hit_tokens_metric(launcher).get("prfaas", 0.0)
+    hits_before = _hit_tokens_metric(launcher).get("pd-p", 0.0)
+    move_bytes_before = _metric(launcher, "prfaas:cache_move_bytes").get((), 0.0)
     first_text, first = _complete(client, prompt)
     assert (first["path"], first["hit_tokens"]) == ("prfaas", 0)
     _wait_router_saw_cache_events(launcher, first["prefill_instance"])
     second_text, second = _complete(client, prompt)
     assert second_text == first_text
-    assert second["path"] == "prfaas" and second["reason"] == "plentiful-no-move-long-to-prfaas"
-    assert second["prefill_instance"] == first["prefill_instance"]
+    assert second["path"] == "pd-p" and second["reason"] == "plentiful-short-at-pd"
     state = httpx.get(launcher.url + "/admin/state").json()
     record = state["recent_decisions"][-1]
     prompt_tokens = record["input_tokens"]
-    block = 16
-    # Every full block of prompt[:-1] is restored: the last token is never a hit.
-    assert second["hit_tokens"] == (prompt_tokens - 1) // block * block > 0
-    assert record["reused_prefix_tokens"] == record["hit_tokens"] == second["hit_tokens"]
-    assert record["uncached_tokens"] == prompt_tokens - second["hit_tokens"]
+    restorable = (prompt_tokens - 1) // 16 * 16  # every full block of prompt[:-1]
     assert record["mode"] == "plentiful"
-    assert _hit_tokens_metric(launcher)["prfaas"] - hits_before == second["hit_tokens"]
-    prfaas = next(i for i in state["instances"] if i["name"] == first["prefill_instance"])
-    assert prfaas["indexed_cache_blocks"] > 0
+    move = record["move"]
+    assert (move["source"], move["target"]) == (first["prefill_instance"], "pdp-0")
+    assert move["status"] == "done" and move["tokens"] == move["hit_tokens"] == restorable
+    assert second["hit_tokens"] == record["hit_tokens"] == restorable > 0
+    assert record["reused_prefix_tokens"] == restorable
+    assert record["uncached_tokens"] == prompt_tokens - restorable
+    assert _hit_tokens_metric(launcher)["pd-p"] - hits_before == restorable
+    moved = _metric(launcher, "prfaas:cache_move_bytes")[()] - move_bytes_before
+    assert moved == move["kv_bytes"] > 0
+    assert _metric(launcher, "prfaas:cache_moves")[("done",)] >= 1
+    # the PrfaaS sender's acknowledged bytes include the move: it crossed the link
+    url = launcher.deployment.instance(first["prefill_instance"]).url
+    links = httpx.get(url + "/state", params={"since": 10**9}).json()["links"]
+    assert sum(link["bytes_acked_total"] for link in links) >= moved + first["kv_bytes"]
+
+
+def test_a_prefix_cached_at_pd_p_moves_to_prfaas_for_a_long_follow_up(
+    launcher: Launcher, client: openai.OpenAI
+) -> None:
+    """The reverse move: PD-P holds a short prompt's prefix; a long prompt extending it is
+    offloaded with a `CacheMove` from PD-P (its paced move sender) to the PrfaaS instance,
+    which prefills with that hit. The text equals a single engine's cold run."""
+    shared = "Shared start that PD-P serves first. " * 2  # 75 tokens: short, at PD-P
+    follow_up = shared + "Then a long follow-up that goes to the PrfaaS cluster. " * 4
+    _, first = _complete(client, shared)
+    assert first["path"] == "pd-p"
+    shared_tokens = httpx.get(launcher.url + "/admin/state").json()["recent_decisions"][-1][
+        "input_tokens"
+    ]
+    _wait_router_saw_cache_events(launcher, first["prefill_instance"])
+    text, second = _complete(client, follow_up)
+    assert second["path"] == "prfaas" and second["reason"] == "plentiful-long-to-prfaas"
+    move = httpx.get(launcher.url + "/admin/state").json()["recent_decisions"][-1]["move"]
+    restorable = (shared_tokens - 1) // 16 * 16  # PD-P's request-end snapshot boundary
+    assert (move["source"], move["target"], move["status"]) == ("pdp-0", "prfaas-0", "done")
+    assert move["hit_tokens"] == second["hit_tokens"] == restorable > 0
+    assert text == _generate_cli(follow_up, 12)
+
+
+def test_the_decode_instance_gets_only_the_kv_it_lacks(
+    launcher: Launcher, client: openai.OpenAI
+) -> None:
+    """Anchors pain point 3: the decode instance says which prefix it holds (`/cached`); the
+    prefill ships attention KV only from there (plus the final states). Same text."""
+    prompt = "Decode keeps what it imported; only the tail travels again. " * 1  # PD-P
+    first_text, first = _complete(client, prompt)
+    second_text, second = _complete(client, prompt)
+    assert first["path"] == second["path"] == "pd-p"
+    assert second_text == first_text
+    assert 0 < second["kv_bytes"] < first["kv_bytes"]
+    decode = launcher.deployment.instance(second["decode_instance"])
+    tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}).json()["token_ids"]
+    held = httpx.post(decode.url + "/cached", json={"token_ids": tokens}).json()["tokens"]
+    assert held == (len(tokens) - 1) // 16 * 16 > 0
 
 
 def _tbf(netns: str) -> tuple[int, int]:

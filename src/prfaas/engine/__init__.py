@@ -29,6 +29,7 @@ from prfaas.engine.errors import (
 from prfaas.engine.export import ExportedPrefill, ExportRecord
 from prfaas.engine.generate import GenerateResult, generate_text
 from prfaas.engine.models import PRESETS, LoadedModel, ModelPreset, build_preset, load_model
+from prfaas.engine.prefix_move import PrefixExport, PrefixRecord
 from prfaas.engine.sampling import FinishReason, SamplingParams
 from prfaas.engine.storage import TorchPageStorage
 
@@ -49,6 +50,8 @@ __all__ = [
     "ModelLoadError",
     "ModelPreset",
     "PrefillOutcome",
+    "PrefixExport",
+    "PrefixRecord",
     "SamplingParams",
     "TokenEvent",
     "TorchPageStorage",

@@ -14,6 +14,7 @@ decode room (prompt + max_tokens) at admission, so a running request never runs 
 For disaggregation, `export_prefill` runs a prefill only and returns its layer-wise export;
 `import_prefill` on another engine turns it into a running request there. Ask the receiver
 what it has first (`cached_prefix_tokens`): only the rest of the attention KV travels.
+`export_prefix` / `import_prefix` move a cached prefix between two pools (`prefix_move`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from prfaas.engine.export import ExportedPrefill, ExportRecord
 from prfaas.engine.models import LoadedModel
 from prfaas.engine.paged_cache import PagedCache
 from prfaas.engine.prefill import import_export, run_prefill
+from prfaas.engine.prefix_move import PrefixExport, export_prefix, import_prefix
 from prfaas.engine.sampling import FinishReason, Sampler, SamplingParams
 from prfaas.kvcache import Allocation, OutOfPages, RequestId
 
@@ -245,6 +247,19 @@ class Engine:
             return None
         self.paged.pool.release(RequestId(request_id))
         return ExportedPrefill(request_id, pending.prompt, running.generated[0], tuple(records))
+
+    # --- cross-cluster prefix moves (prefix_move) ---------------------------------------
+
+    def export_prefix(
+        self, prompt: Sequence[int], max_tokens: int | None = None
+    ) -> PrefixExport | None:
+        """The restorable prefix of `prompt` in this pool (blocks and the state snapshot at
+        its boundary), to be imported by another engine's pool; None when there is none."""
+        return export_prefix(self.paged, prompt, max_tokens)
+
+    def import_prefix(self, export: PrefixExport, request_id: str = "prefix-import") -> int:
+        """Another pool's prefix into this one as cached blocks; the blocks restorable now."""
+        return import_prefix(self.paged, export, request_id)
 
     # --- internals -------------------------------------------------------------------------
 

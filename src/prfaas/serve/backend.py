@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from prfaas.kvcache import CacheEvent, CacheIdentity
 from prfaas.serve import protocol as p
@@ -87,9 +87,49 @@ class BackendInfo:
     cache: CacheIdentity
     peer: PeerIdentity
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
+    can_move_prefix: bool = False  # it is a `PrefixMover` (cross-cluster prefix moves)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException
+
+
+@runtime_checkable
+class PrefixMover(Protocol):
+    """A backend that can move cached prefixes between pools (the torch one): the holder's
+    restorable prefix of a prompt as one `KvSlice` per group (token range [0, k*B), rows of
+    pool units), and the target inserting such slices into its pool as cached blocks. It also
+    answers what prefix a decode pool holds, and exports a prefill from a token on, so only
+    the attention KV the decode instance lacks is shipped (anchors pain point 3)."""
+
+    def export_prefix(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int], max_tokens: int
+    ) -> asyncio.Future[list[KvSlice]]: ...
+
+    def import_prefix(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        move_id: str,
+        tokens: list[int],
+        slices: Sequence[KvSlice],
+    ) -> asyncio.Future[int]: ...
+
+    def cached_prefix_tokens(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
+    ) -> asyncio.Future[int]:
+        """Prompt tokens whose attention KV this pool already holds (a decode instance's
+        answer: the prefill then ships only the rest, `export_from`)."""
+        ...
+
+    def export_from(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request_id: str,
+        tokens: list[int],
+        sampling: p.Sampling,
+        from_token: int,
+    ) -> asyncio.Queue[Item]:
+        """`export` shipping attention KV only from `from_token` (block aligned) on."""
+        ...
 
 
 class InstanceBackend(Protocol):

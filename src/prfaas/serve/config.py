@@ -20,6 +20,7 @@ docs/serving.md). One deployment uses one backend: their KV cannot be exchanged.
 
 The secret comes from the file's `secret` or `PRFAAS_TRANSFER_SECRET` (transfer.config); when
 neither is set the launcher generates one per run and hands it to its children in that variable.
+`tls` wraps every KV transfer connection in TLS (files from the file or `PRFAAS_TLS_*_FILE`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from prfaas.serve.errors import DeploymentError
 from prfaas.specs.catalog import get_chip, model_names
 from prfaas.specs.errors import SpecError
-from prfaas.transfer.config import SECRET_ENV_VAR
+from prfaas.transfer.config import SECRET_ENV_VAR, TlsConfig
+from prfaas.transfer.errors import ConfigError
 
 #: Environment of child processes: offline model hub, one torch thread per process.
 CHILD_ENV = {
@@ -73,6 +75,8 @@ class RouterSpec(_Strict):
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     poll_interval_s: float = Field(default=0.2, gt=0)
     request_timeout_s: float = Field(default=120.0, gt=0)
+    cache_moves: bool = True  # carry out the scheduler's cross-cluster prefix moves (torch)
+    decode_reuse: bool = True  # ship only the attention KV the decode instance lacks (torch)
 
 
 class LinkShaping(StrEnum):
@@ -117,6 +121,39 @@ class LinkSpec(_Strict):
     @property
     def shaping_in_force(self) -> str:
         return "kernel" if self.is_kernel_shaped else LinkShaping.TOKEN_BUCKET.value
+
+
+class TlsSpec(_Strict):
+    """TLS around every KV transfer connection (the inter-cluster link, and the PD cluster's
+    own transfers, since one listener serves both). Files come from here or, when left out,
+    from `$PRFAAS_TLS_CERT_FILE`, `$PRFAAS_TLS_KEY_FILE`, `$PRFAAS_TLS_CA_FILE`. Every
+    instance presents `cert_file` (valid for `server_hostname`) and verifies its peers against
+    `ca_file`. TLS encrypts; the HMAC handshake still authenticates (docs/protocol.md)."""
+
+    enabled: bool = True
+    cert_file: str | None = None
+    key_file: str | None = None
+    ca_file: str | None = None
+    server_hostname: str = Field(default="prfaas-transfer", min_length=1)
+
+
+class RebalanceSpec(_Strict):
+    """The router's long-timescale loop (docs/serving.md, "Role flips and the slow loop"): every
+    `period_s` it runs the scheduler's `RebalancePolicy` on what it observed (post-match
+    lengths, PD-P busy time, PD-D batch occupancy, queues, the link rate), applies a new t and
+    flips PD instances between pd-prefill and pd-decode, draining them first. `enabled: false`
+    turns it off (t stays `threshold_tokens`, roles stay as written)."""
+
+    enabled: bool = True
+    period_s: float = Field(default=60.0, gt=0)
+    min_samples: int = Field(default=50, gt=0)
+    step_tokens: int = Field(default=64, gt=0)
+    busy_utilisation: float = Field(default=0.85, gt=0, le=1)
+    idle_utilisation: float = Field(default=0.5, ge=0, le=1)
+    queue_s: float = Field(default=10.0, ge=0)
+    min_threshold_change: float = Field(default=0.05, ge=0)
+    decode_slo_tokens_per_s: float = Field(default=20.0, gt=0)
+    drain_timeout_s: float = Field(default=300.0, gt=0)
 
 
 class EmulationSpec(_Strict):
@@ -171,6 +208,8 @@ class Deployment(_Strict):
     router: RouterSpec = RouterSpec()
     link: LinkSpec = LinkSpec()
     emulation: EmulationSpec = EmulationSpec()
+    rebalance: RebalanceSpec = RebalanceSpec()
+    tls: TlsSpec | None = None  # None: plain TCP (the HMAC handshake still authenticates)
     instances: tuple[InstanceSpec, ...]
 
     @model_validator(mode="after")
@@ -258,6 +297,36 @@ def transfer_secret(deployment: Deployment) -> bytes:
     if not value:
         raise DeploymentError(f"no transfer secret: set `secret` or ${SECRET_ENV_VAR}")
     return value.encode()
+
+
+TLS_ENV_VARS = {
+    "cert_file": "PRFAAS_TLS_CERT_FILE",
+    "key_file": "PRFAAS_TLS_KEY_FILE",
+    "ca_file": "PRFAAS_TLS_CA_FILE",
+}
+
+
+def transfer_tls(deployment: Deployment) -> TlsConfig | None:
+    """The transfer layer's TLS files (the file's, else the environment's), None without TLS;
+    a missing or unreadable file is a one-line `DeploymentError`."""
+    spec = deployment.tls
+    if spec is None or not spec.enabled:
+        return None
+    files: dict[str, str] = {}
+    for field_name, env_var in TLS_ENV_VARS.items():
+        value = getattr(spec, field_name) or os.environ.get(env_var)
+        if not value:
+            raise DeploymentError(f"tls is enabled but tls.{field_name} and ${env_var} are unset")
+        if not Path(value).is_file():
+            raise DeploymentError(f"tls.{field_name}: no such file {value}")
+        files[field_name] = value
+    tls = TlsConfig(server_hostname=spec.server_hostname, **files)
+    try:
+        tls.server_context()
+        tls.client_context()
+    except ConfigError as err:
+        raise DeploymentError(str(err)) from None
+    return tls
 
 
 def child_environment(deployment: Deployment) -> dict[str, str]:

@@ -2,8 +2,9 @@
 
 Brings the deployment up (`Launcher`), sends short prompts, long prompts, and long prompts that
 share a prefix with an earlier one, through the OpenAI API, then prints per request its path
-(PrfaaS or PD-P), the scheduler's reason, the prefix hit, the KV bytes that crossed from prefill
-to decode, and TTFT; then a summary per path and a clean shutdown. `--serve` keeps it up.
+(PrfaaS or PD-P), the scheduler's reason, the prefix hit, the bytes of a cached prefix moved
+across clusters first (torch backend), the KV bytes that crossed from prefill to decode, and
+TTFT; then a summary per path and a clean shutdown. `--serve` keeps it up.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class DemoRow:
     path: str
     reason: str
     hit_tokens: int
+    moved_bytes: int
     kv_bytes: int
     ttft_s: float
 
@@ -64,6 +66,7 @@ def _run_requests(launcher: Launcher) -> list[DemoRow]:
                     info["path"],
                     info["reason"],
                     info["hit_tokens"],
+                    info.get("moved_kv_bytes", 0),
                     info["kv_bytes"],
                     info["ttft_s"],
                 )
@@ -75,13 +78,13 @@ def _run_requests(launcher: Launcher) -> list[DemoRow]:
 def _print(rows: list[DemoRow], threshold_tokens: int) -> None:
     print(f"\nthreshold t = {threshold_tokens} uncached tokens\n")
     print(
-        f"{'#':>2} {'request':15} {'tokens':>6} {'path':7} {'reason':32} "
-        f"{'hit':>5} {'KV bytes':>9} {'TTFT ms':>8}"
+        f"{'#':>2} {'request':15} {'tokens':>6} {'path':7} {'reason':28} "
+        f"{'hit':>5} {'moved':>8} {'KV bytes':>9} {'TTFT ms':>8}"
     )
     for i, r in enumerate(rows):
         print(
-            f"{i:>2} {r.kind:15} {r.prompt_tokens:>6} {r.path:7} {r.reason:32} "
-            f"{r.hit_tokens:>5} {r.kv_bytes:>9,} {r.ttft_s * 1e3:>8.1f}"
+            f"{i:>2} {r.kind:15} {r.prompt_tokens:>6} {r.path:7} {r.reason:28} "
+            f"{r.hit_tokens:>5} {r.moved_bytes:>8,} {r.kv_bytes:>9,} {r.ttft_s * 1e3:>8.1f}"
         )
     print("\nsummary")
     for path in ("prfaas", "pd-p"):
@@ -93,6 +96,12 @@ def _print(rows: list[DemoRow], threshold_tokens: int) -> None:
         where = "over the inter-cluster link" if path == "prfaas" else "within the PD cluster"
         print(
             f"  {path:7} {len(mine)} requests, mean TTFT {ttft_ms:.1f} ms, {kv:,} KV bytes {where}"
+        )
+    moved = [r for r in rows if r.moved_bytes]
+    if moved:
+        total = sum(r.moved_bytes for r in moved)
+        print(
+            f"  moves   {len(moved)} cached prefixes, {total:,} bytes over the inter-cluster link"
         )
 
 

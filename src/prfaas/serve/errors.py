@@ -6,7 +6,9 @@
     ├── BadRequestError             400 invalid_request_error
     │   └── ContextLengthError      400 (code context_length_exceeded)
     ├── ModelNotFoundError          404
+    ├── NotFoundError               404 (admin: no such instance)
     ├── PayloadTooLargeError        413
+    ├── ConflictError               409 (an admin request the current state forbids)
     ├── NoCapacityError             503 (scheduler rejection, no live instance)
     └── InstanceFailedError         502 (an instance died or broke off mid-request)
 
@@ -63,9 +65,23 @@ class ModelNotFoundError(ServeError):
     code = "model_not_found"
 
 
+class NotFoundError(ServeError):
+    """An admin request naming something the deployment does not have."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
 class PayloadTooLargeError(ServeError):
     status_code = 413
     error_type = "invalid_request_error"
+
+
+class ConflictError(ServeError):
+    """An admin request that the deployment's current state forbids (e.g. a flip mid-drain)."""
+
+    status_code = 409
+    error_type = "conflict_error"
 
 
 class NoCapacityError(ServeError):

@@ -4,13 +4,18 @@
         -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer)
         -> POST decode instance /decode     (NDJSON tokens)  -> yielded to the HTTP edge
 
-The scheduler object is the simulator's, unchanged, fed with wall time since router start and
-told that this host does not move cached prefixes across clusters (`can_move_cache=False`):
-a prefill instance restores only its own hits, so the scheduler must not count on a move.
+The scheduler object is the simulator's, unchanged, fed with wall time since router start.
+It is told that this host moves cached prefixes across clusters (`can_move_cache`) when every
+instance's backend can (torch) and `router.cache_moves` is on: a decision with a `CacheMove`
+first has the holder ship the prefix to the prefill instance (`_move`), then prefills there.
+Before a prefill the decode instance is asked what prefix it holds (`_decode_holds`), and the
+prefill ships attention KV only from there (`from_token`).
 Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`): the
 failed instance is marked unhealthy, the registry re-polled, and the request placed again, so
-a dead instance costs a retry, not an error. After the first token a failure ends the request
-with `InstanceFailedError` (502). The ledger is always released (prefill_done / decode_done).
+a dead instance costs a retry, not an error (a decode that fails before its first token, e.g.
+its pool evicted the prefix it said it held, is retried too). After the first token a failure
+ends the request with `InstanceFailedError` (502). The ledger is always released
+(prefill_done / decode_done, also when the prefill fails).
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from prfaas.kvcache.ids import RequestId
 from prfaas.scheduler import (
@@ -40,13 +46,16 @@ from prfaas.serve.errors import (
     ContextLengthError,
     InstanceFailedError,
     NoCapacityError,
+    ServeError,
     from_response,
 )
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.profile import LiveProfile, PrefillTiming
-from prfaas.serve.registry import Registry
+from prfaas.serve.rebalance import SlowLoop, rebalance_policy
+from prfaas.serve.registry import LiveInstance, Registry
 
 MAX_ATTEMPTS = 3
+_Result = TypeVar("_Result", bound=BaseModel)
 MAX_RECENT_DECISIONS = 200
 
 
@@ -62,7 +71,12 @@ class RouterRuntime:
     recent: deque[dict[str, Any]] = field(
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
     )
+    slow: SlowLoop | None = None
     _scheduler: GlobalScheduler | None = None
+
+    def __post_init__(self) -> None:
+        if self.slow is None:
+            self.slow = SlowLoop(self.deployment.rebalance)
 
     def now_s(self) -> float:
         return time.monotonic() - self.started_s
@@ -81,14 +95,38 @@ class RouterRuntime:
                 infos[0],
             )
             prfaas_timing = self.registry.timing((InstanceRole.PRFAAS_PREFILL,))
+            prfaas = _profile(prfaas_timing, infos[0]) if prfaas_timing else None
             config = SchedulerConfig(
-                prfaas_profile=_profile(prfaas_timing, infos[0]) if prfaas_timing else None,
+                prfaas_profile=prfaas,
                 pd_profile=pd,
                 threshold_tokens=self.deployment.threshold_tokens,
-                can_move_cache=False,  # cross-cluster prefix moves are not carried out live yet
+                can_move_cache=self.can_move_cache,
             )
-            self._scheduler = GlobalScheduler(PrfaasPolicy(config), config)
+            decode_batch = min(
+                (s.max_batch_size for s in self.deployment.instances if not s.role.is_prefill),
+                default=None,
+            )
+            rebalancer = rebalance_policy(
+                self.deployment.rebalance,
+                prfaas,
+                replace(pd, max_batch_size=decode_batch),
+                self.deployment.link.rate_gbps,
+            )
+            self._scheduler = GlobalScheduler(PrfaasPolicy(config), config, rebalancer)
         return self._scheduler
+
+    @property
+    def can_move_cache(self) -> bool:
+        """Whether the router carries out `CacheMove`s: `router.cache_moves` is on and every
+        instance's backend can export and import prefixes (torch, not emulated)."""
+        infos = [i.info for i in self.registry.instances.values() if i.info is not None]
+        able = bool(infos) and all(info.can_move_prefix for info in infos)
+        return self.deployment.router.cache_moves and able  # one backend per deployment
+
+    @property
+    def slow_loop(self) -> SlowLoop:
+        assert self.slow is not None
+        return self.slow
 
     @property
     def threshold_tokens(self) -> int:
@@ -119,6 +157,7 @@ class Placed:
     decision: RouteDecision
     prefill: p.PrefillResult
     num_prompt_tokens: int
+    move: dict[str, Any] | None = None  # the cross-cluster prefix move done first, if any
 
 
 class _Retry(Exception):
@@ -178,15 +217,26 @@ async def _attempt(
         raise NoCapacityError(f"no instance can take the request: {decision.reason}")
     record = _record(rt, decision, len(tokens))
     rt.metrics.decisions.labels(decision.path.value, decision.reason.value).inc()
+    prefill = rt.registry.instances[decision.prefill_instance_id]
+    decode = rt.registry.instances[decision.decode_instance_id]
+    prefill.inflight += 1  # a draining instance waits for these (serve.rebalance)
+    decode.inflight += 1
     try:
+        if decision.cache_move is not None:
+            record["move"] = await _move(rt, decision, tokens)
         result = await _prefill(rt, decision, tokens, sampling)
-    finally:
-        rt.scheduler.prefill_done(decision.request_id)
+    except BaseException:
+        rt.scheduler.decode_done(decision.request_id)  # releases the prefill stage too
+        _leave(prefill)
+        _leave(decode)
+        raise
+    rt.scheduler.prefill_done(decision.request_id)
+    _leave(prefill)
     try:
         record.update(kv_bytes=result.kv_bytes, hit_tokens=result.hit_tokens)
         rt.metrics.kv_bytes.labels(decision.path.value).inc(result.kv_bytes)
         rt.metrics.hit_tokens.labels(decision.path.value).inc(result.hit_tokens)
-        yield Placed(request_id, decision, result, len(tokens))
+        yield Placed(request_id, decision, result, len(tokens), record.get("move"))
         async for chunk in _decode(rt, decision, tokens, result.first_token, sampling):
             yield chunk
         record["status"] = "ok"
@@ -195,6 +245,65 @@ async def _attempt(
         raise
     finally:
         rt.scheduler.decode_done(decision.request_id)
+        _leave(decode)
+
+
+async def _move(rt: RouterRuntime, decision: RouteDecision, tokens: list[int]) -> dict[str, Any]:
+    """Carry out the decision's `CacheMove`: the holder ships its restorable prefix over the
+    inter-cluster link to the prefill instance, which inserts it into its pool, so the prefill
+    that follows hits it. A failed move is reported, never fatal: the prefill then runs cold
+    (the same tokens, more compute)."""
+    move = decision.cache_move
+    assert move is not None
+    source = rt.registry.instances[move.source_instance_id]
+    target = rt.registry.instances[decision.prefill_instance_id]
+    out: dict[str, Any] = {"source": source.name, "target": target.name, "asked": move.tokens}
+    if target.info is None:
+        out["status"] = "failed"
+        return out
+    move_id = f"move-{uuid.uuid4().hex[:24]}"
+    send = p.PrefixSendRequest(
+        move_id=move_id,
+        token_ids=tokens,
+        max_tokens=move.tokens,
+        target_transfer_host=target.info.transfer_host,
+        target_transfer_port=target.info.transfer_port,
+    )
+    source.inflight += 1
+    try:
+        sent = await _call(rt, source, "/prefix/send", send, p.PrefixSendResult)
+        out.update(tokens=sent.tokens, kv_bytes=sent.kv_bytes)
+        hit = 0
+        if sent.tokens:
+            body = p.PrefixImportRequest(move_id=move_id, token_ids=tokens[: sent.tokens])
+            hit = (await _call(rt, target, "/prefix/import", body, p.PrefixImportResult)).hit_tokens
+        out.update(status="done" if hit else "nothing-moved", hit_tokens=hit)
+    except (httpx.HTTPError, ServeError, ValueError) as err:
+        out.update(status="failed", error=str(err)[:200])
+    finally:
+        _leave(source)
+    rt.metrics.cache_moves.labels(out["status"]).inc()
+    rt.metrics.cache_move_bytes.inc(out.get("kv_bytes", 0))
+    rt.metrics.cache_move_tokens.inc(out.get("hit_tokens", 0))
+    return out
+
+
+async def _call(
+    rt: RouterRuntime, inst: LiveInstance, path: str, body: BaseModel, kind: type[_Result]
+) -> _Result:
+    response = await rt.client.post(
+        inst.spec.url + path,
+        content=body.model_dump_json(),
+        headers={"content-type": "application/json"},
+        timeout=rt.deployment.router.request_timeout_s,
+    )
+    if response.status_code != 200:
+        raise from_response(response.status_code, response.content)
+    return kind.model_validate_json(response.content)
+
+
+def _leave(inst: LiveInstance) -> None:
+    inst.inflight = max(0, inst.inflight - 1)
 
 
 def _record(rt: RouterRuntime, decision: RouteDecision, num_tokens: int) -> dict[str, Any]:
@@ -223,12 +332,14 @@ async def _prefill(
     decode = rt.registry.instances[decision.decode_instance_id]
     if decode.info is None:
         raise _Retry(f"decode instance {decode.name} is not registered")
+    from_token = await _decode_holds(rt, decode, tokens)
     body = p.PrefillRequest(
         request_id=decision.request_id,
         token_ids=tokens,
         sampling=sampling,
         decode_transfer_host=decode.info.transfer_host,
         decode_transfer_port=decode.info.transfer_port,
+        from_token=from_token,
     )
     try:
         response = await rt.client.post(
@@ -245,6 +356,22 @@ async def _prefill(
     if response.status_code != 200:
         raise from_response(response.status_code, response.content)
     return p.PrefillResult.model_validate_json(response.content)
+
+
+async def _decode_holds(rt: RouterRuntime, decode: LiveInstance, tokens: list[int]) -> int:
+    """The prompt tokens whose attention KV the decode instance already holds (its answer to
+    `/cached`): the prefill ships only the rest. 0 when it cannot say or does not answer."""
+    if (
+        decode.info is None
+        or not decode.info.can_move_prefix
+        or not rt.deployment.router.decode_reuse
+    ):
+        return 0
+    try:
+        body = p.TokenizeResult(token_ids=tokens)
+        return (await _call(rt, decode, "/cached", body, p.CachedResult)).tokens
+    except (httpx.HTTPError, ServeError, ValueError):
+        return 0
 
 
 async def _decode(
@@ -275,13 +402,16 @@ async def _decode(
                 if response.status_code >= 500:
                     raise _Retry(f"decode on {decode.name}: {_message(raw)}")
                 raise from_response(response.status_code, raw)
-            is_final = False
+            is_final = is_started = False
             async for line in response.aiter_lines():
                 if not line:
                     continue
                 chunk = p.DecodeChunk.model_validate_json(line)
+                if chunk.error is not None and not is_started:
+                    raise _Retry(f"decode on {decode.name}: {chunk.error}")
                 if chunk.error is not None:
                     raise InstanceFailedError(f"decode on {decode.name}: {chunk.error}")
+                is_started = True
                 yield chunk
                 if chunk.finish_reason is not None:
                     is_final = True

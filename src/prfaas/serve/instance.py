@@ -4,16 +4,26 @@ The backend (`serve.backend`) is the `torch` engine on its own thread (`serve.wo
 `emulated` one (`serve.emulated`: no compute, no torch import), chosen per instance in the
 deployment file; this module sees only its torch-free items.
 
-Prefill roles (`prfaas-prefill`, `pd-prefill`) own a `Sender`; the PrfaaS one goes through the
-emulated inter-cluster link (kernel-shaped in namespaces, or token bucket plus delay: `kvlink`),
-the PD-P one talks over the local network. The decode role (`pd-decode`) owns a `Receiver`
-writing into an `ArraySink` (listening in the receiver namespace too when kernel-shaped).
+Every instance owns a `Sender` and a `Receiver` writing into an `ArraySink`. The PrfaaS
+prefill role's sender goes through the emulated inter-cluster link (kernel-shaped in
+namespaces, or token bucket plus delay: `kvlink`); its receiver takes cached prefixes moved to
+it from the PD cluster. PD instances send over the local network and listen (in the receiver
+namespace too when kernel-shaped), so the router can flip them between `pd-prefill` and
+`pd-decode` at run time (`POST /role` once the instance is idle: the router drained it
+first; 409 while a prefill or decode call is still in progress). The role only decides which
+calls the instance takes: the backend does both. A PD instance also owns a `move_sender`
+paced like the link (token bucket plus delay) for prefixes it moves to the PrfaaS cluster.
 
     POST /prefill  run the prefill on the engine thread; stream every layer's slices to the
                    decode instance's receiver as soon as the layer is done; answer after the
                    receiver committed (first token, KV bytes, prefix hit)
     POST /decode   wait for that request's committed KV, import it, stream NDJSON tokens;
                    a client that goes away cancels the request in the engine
+    POST /role     switch a drained PD instance between pd-prefill and pd-decode
+    POST /cached         (decode side) the prompt tokens whose attention KV the pool holds
+    POST /prefix/send    (holder) export the restorable prefix of a prompt from the pool and
+                         ship it to the target's transfer endpoint (cross-cluster move)
+    POST /prefix/import  (target) wait for that move's slices, insert them into the pool
 
 Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
 endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three.
@@ -26,7 +36,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -40,12 +50,30 @@ from prfaas.serve.backend import (
     Item,
     KvSlice,
     PrefillDone,
+    PrefixMover,
     Token,
     build_backend,
 )
-from prfaas.serve.config import Deployment, InstanceSpec, transfer_secret
-from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError, ServeError
-from prfaas.serve.kvlink import committed_records, token_bucket_bytes_per_s, transports_for
+from prfaas.serve.config import (
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    transfer_secret,
+    transfer_tls,
+)
+from prfaas.serve.errors import (
+    BadRequestError,
+    ConflictError,
+    InstanceFailedError,
+    NoCapacityError,
+    ServeError,
+)
+from prfaas.serve.kvlink import (
+    DelayedTransport,
+    committed_records,
+    token_bucket_bytes_per_s,
+    transports_for,
+)
 from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import (
     ArraySink,
@@ -54,6 +82,7 @@ from prfaas.transfer import (
     RequestId,
     Sender,
     SliceKey,
+    TcpTransport,
     TransferAborted,
     TransferConfig,
     TransferError,
@@ -62,6 +91,39 @@ from prfaas.transfer import (
 
 ARRIVAL_TIMEOUT_S = 60.0
 SINK_BYTES = 128 * 2**20
+
+
+PD_ROLES = (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE)
+
+
+@dataclass(slots=True)
+class Activity:
+    """Prefill and decode calls in progress, and the seconds with a prefill running."""
+
+    prefills: int = 0
+    decodes: int = 0
+    _busy_s: float = 0.0
+    _busy_since: float | None = None
+
+    def prefill_started(self) -> None:
+        if self.prefills == 0:
+            self._busy_since = time.monotonic()
+        self.prefills += 1
+
+    def prefill_ended(self) -> None:
+        self.prefills -= 1
+        if self.prefills == 0 and self._busy_since is not None:
+            self._busy_s += time.monotonic() - self._busy_since
+            self._busy_since = None
+
+    @property
+    def prefill_busy_s(self) -> float:
+        running = time.monotonic() - self._busy_since if self._busy_since is not None else 0.0
+        return self._busy_s + running
+
+    @property
+    def is_idle(self) -> bool:
+        return self.prefills == 0 and self.decodes == 0
 
 
 @dataclass(slots=True)
@@ -74,9 +136,11 @@ class InstanceRuntime:
     info: p.InstanceInfo
     transfer_config: TransferConfig
     sender: Sender | None = None
+    move_sender: Sender | None = None
     receiver: Receiver | None = None
     sink: ArraySink | None = None
     arrivals: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    activity: Activity = field(default_factory=Activity)
 
     def arrival(self, request_id: str) -> asyncio.Future[int]:
         fut = self.arrivals.get(request_id)
@@ -88,6 +152,7 @@ class InstanceRuntime:
 
 def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
     spec = deployment.instance(name)
+    transfer_tls(deployment)  # bad TLS files: a one-line error before the model loads
     backend = build_backend(deployment, spec)
     facts = backend.info
     info = p.InstanceInfo(
@@ -104,6 +169,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         max_batch_size=spec.max_batch_size,
         cache=p.CacheIdentityBody.of(facts.cache),
         timing=_timing(facts),
+        can_move_prefix=facts.can_move_prefix and isinstance(backend, PrefixMover),
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),
@@ -132,9 +198,12 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
 async def _start_transfer(rt: InstanceRuntime) -> None:
     identity = rt.worker.info.peer
     transport = transports_for(rt.deployment, rt.spec)
-    if rt.spec.role.is_prefill:
-        rt.sender = Sender(rt.transfer_config, identity, transport)
-        return
+    rt.sender = Sender(rt.transfer_config, identity, transport)  # every role may prefill
+    if rt.spec.role is not InstanceRole.PRFAAS_PREFILL and rt.info.can_move_prefix:
+        link = rt.deployment.link
+        paced = replace(rt.transfer_config, rate_limit_bytes_per_s=link.rate_bytes_per_s)
+        delayed = DelayedTransport(TcpTransport(transfer_tls(rt.deployment)), link.rtt_ms / 1e3)
+        rt.move_sender = Sender(paced, identity, delayed)
     rt.sink = ArraySink(SINK_BYTES)
     rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
     await rt.receiver.start(PeerAddress(rt.spec.host, rt.spec.transfer_port))
@@ -158,14 +227,28 @@ async def _pump_arrivals(rt: InstanceRuntime) -> None:
 
 async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
     """Prefill here, KV layer by layer to the decode instance; return once it committed."""
-    if rt.sender is None:
+    if rt.sender is None or not rt.spec.role.is_prefill:
         raise BadRequestError(f"instance {rt.spec.name} is not a prefill instance")
+    rt.activity.prefill_started()
+    try:
+        return await _run_prefill(rt, rt.sender, body)
+    finally:
+        rt.activity.prefill_ended()
+
+
+async def _run_prefill(
+    rt: InstanceRuntime, sender: Sender, body: p.PrefillRequest
+) -> p.PrefillResult:
     started = time.monotonic()
     peer = PeerAddress(body.decode_transfer_host, body.decode_transfer_port)
-    transfer = await rt.sender.start_transfer(peer, RequestId(body.request_id))
-    items = rt.worker.export(
-        asyncio.get_running_loop(), body.request_id, body.token_ids, body.sampling
-    )
+    transfer = await sender.start_transfer(peer, RequestId(body.request_id))
+    loop = asyncio.get_running_loop()
+    if body.from_token and isinstance(rt.worker, PrefixMover):
+        items = rt.worker.export_from(
+            loop, body.request_id, body.token_ids, body.sampling, body.from_token
+        )
+    else:
+        items = rt.worker.export(loop, body.request_id, body.token_ids, body.sampling)
     kv_bytes = num_slices = 0
     try:
         while True:
@@ -198,21 +281,35 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
 
 
 async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> list[KvSlice]:
+    return await _arrived(rt, body.request_id)
+
+
+async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
+    """The committed slices of transfer `request_id` once they are all here (then freed)."""
     assert rt.sink is not None
-    fut = rt.arrival(body.request_id)
+    fut = rt.arrival(request_id)
     try:
         await asyncio.wait_for(asyncio.shield(fut), ARRIVAL_TIMEOUT_S)
     except TimeoutError:
-        raise InstanceFailedError(f"no KV arrived for {body.request_id}") from None
+        raise InstanceFailedError(f"no KV arrived for {request_id}") from None
     finally:
-        rt.arrivals.pop(body.request_id, None)
-    slices = [KvSlice(*fields) for fields in committed_records(rt.sink, body.request_id)]
-    rt.sink.release(RequestId(body.request_id))
+        rt.arrivals.pop(request_id, None)
+    slices = [KvSlice(*fields) for fields in committed_records(rt.sink, request_id)]
+    rt.sink.release(RequestId(request_id))
     return slices
 
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
     """NDJSON `DecodeChunk`s; cancelled (client gone) -> the engine drops the request."""
+    rt.activity.decodes += 1
+    try:
+        async for line in _stream_decode(rt, body):
+            yield line
+    finally:
+        rt.activity.decodes -= 1
+
+
+async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
     slices = await _imported(rt, body)
     items = rt.worker.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
@@ -251,6 +348,79 @@ async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIter
             rt.worker.cancel(body.request_id)
 
 
+def _mover(rt: InstanceRuntime) -> PrefixMover:
+    if not rt.info.can_move_prefix or not isinstance(rt.worker, PrefixMover):
+        raise BadRequestError(f"instance {rt.spec.name}'s backend cannot move prefixes")
+    return rt.worker
+
+
+async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.PrefixSendResult:
+    """Export the pool's restorable prefix of the prompt and ship it to the target (the
+    PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`)."""
+    mover = _mover(rt)
+    sender = rt.move_sender or rt.sender
+    assert sender is not None
+    rt.activity.prefill_started()  # the pool is read: keep a flip waiting
+    try:
+        slices = await mover.export_prefix(
+            asyncio.get_running_loop(), body.token_ids, body.max_tokens
+        )
+        if not slices:
+            return p.PrefixSendResult(move_id=body.move_id, tokens=0, kv_bytes=0, num_slices=0)
+        peer = PeerAddress(body.target_transfer_host, body.target_transfer_port)
+        transfer = await sender.start_transfer(peer, RequestId(body.move_id))
+        try:
+            for item in slices:
+                key = SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
+                await transfer.send_slice(key, item.dtype, item.shape, item.data)
+            await transfer.finish()
+        except BaseException:
+            await transfer.abort("prefix move failed or was cancelled")
+            raise
+    finally:
+        rt.activity.prefill_ended()
+    return p.PrefixSendResult(
+        move_id=body.move_id,
+        tokens=slices[0].token_end,
+        kv_bytes=sum(s.nbytes for s in slices),
+        num_slices=len(slices),
+    )
+
+
+async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.PrefixImportResult:
+    """Wait for move `move_id`, then insert its slices into the pool as cached prefix."""
+    mover = _mover(rt)
+    rt.activity.prefill_started()
+    try:
+        slices = await _arrived(rt, body.move_id)
+        hit = await mover.import_prefix(
+            asyncio.get_running_loop(), body.move_id, body.token_ids, slices
+        )
+    finally:
+        rt.activity.prefill_ended()
+    return p.PrefixImportResult(move_id=body.move_id, hit_tokens=hit)
+
+
+def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
+    """A PD instance's new role; only while no prefill or decode call is in progress."""
+    try:
+        role = InstanceRole(body.role)
+    except ValueError:
+        raise BadRequestError(f"unknown role {body.role!r}") from None
+    if rt.spec.role not in PD_ROLES or role not in PD_ROLES:
+        raise BadRequestError("only PD instances switch, between pd-prefill and pd-decode")
+    if role is rt.spec.role:
+        return rt.info
+    if not rt.activity.is_idle:
+        a = rt.activity
+        raise ConflictError(
+            f"instance {rt.spec.name} is busy ({a.prefills} prefills, {a.decodes} decodes)"
+        )
+    rt.spec = rt.spec.model_copy(update={"role": role})
+    rt.info = rt.info.model_copy(update={"role": role.value})
+    return rt.info
+
+
 def _line(chunk: p.DecodeChunk) -> bytes:
     return chunk.model_dump_json(exclude_defaults=True).encode() + b"\n"
 
@@ -272,6 +442,8 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
                 pump.cancel()
             if rt.sender is not None:
                 await rt.sender.close()
+            if rt.move_sender is not None:
+                await rt.move_sender.close()
             if rt.receiver is not None:
                 await rt.receiver.close()
             rt.worker.stop()
@@ -295,6 +467,10 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
         events, next_seq = rt.worker.events_since(since)
         return p.InstanceState(
             boot_id=rt.info.boot_id,
+            role=rt.spec.role.value,
+            prefill_busy_s=rt.activity.prefill_busy_s,
+            active_prefills=rt.activity.prefills,
+            active_decodes=rt.activity.decodes,
             num_waiting=rt.worker.num_waiting,
             num_running=rt.worker.num_running,
             free_pages=rt.worker.free_pages,
@@ -331,9 +507,29 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.post("/decode")
     async def decode(body: p.DecodeRequest) -> StreamingResponse:
-        if rt.sink is None:
+        if rt.sink is None or rt.spec.role.is_prefill:
             raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
         return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
+
+    @app.post("/role")
+    async def role(body: p.RoleRequest) -> p.InstanceInfo:
+        return switch_role(rt, body)
+
+    @app.post("/cached")
+    async def cached(body: p.TokenizeResult) -> p.CachedResult:
+        """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
+        if not rt.info.can_move_prefix or not isinstance(rt.worker, PrefixMover):
+            return p.CachedResult(tokens=0)
+        loop = asyncio.get_running_loop()
+        return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))
+
+    @app.post("/prefix/send")
+    async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:
+        return await send_prefix(rt, body)
+
+    @app.post("/prefix/import")
+    async def prefix_import(body: p.PrefixImportRequest) -> p.PrefixImportResult:
+        return await import_prefix(rt, body)
 
     return app
 

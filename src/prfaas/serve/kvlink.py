@@ -17,6 +17,9 @@ launcher; `transports_for` builds the instance's side of it):
       prfaas-prefill ─socket in ns "<id>s"─► tbf ─veth/TUN(+delay)─► ns "<id>r" ─► pd-decode
       pd-prefill     ─host network───────────────────────────────────────────────► pd-decode
 
+  Every PD instance (pd-prefill too: the router may flip it to pd-decode) listens both ways
+  and connects over the host network, so a flip needs no new socket.
+
 - token-bucket: the sender's token bucket caps the rate (`TransferConfig.rate_limit_bytes_per_s`)
   and `DelayedTransport` holds every write for the link's RTT before it reaches the socket, in
   order (a one-way delay of a full RTT on the data direction: ACKs come back undelayed, so a
@@ -30,7 +33,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec, transfer_tls
 from prfaas.transfer import (
     ArraySink,
     Connection,
@@ -187,25 +190,25 @@ def token_bucket_bytes_per_s(deployment: Deployment, spec: InstanceSpec) -> floa
 
 
 def transports_for(deployment: Deployment, spec: InstanceSpec) -> Transport:
-    """The transfer transport of instance `spec`: its end of the emulated link (see above)."""
+    """The transfer transport of instance `spec`: its end of the emulated link (see above),
+    every TCP connection in TLS when the deployment has `tls` (`config.transfer_tls`)."""
     link = deployment.link
-    if spec.role is InstanceRole.PD_PREFILL:
-        return TcpTransport()
+    tls = transfer_tls(deployment)
     if spec.role is InstanceRole.PRFAAS_PREFILL:
         if link.netns is None:
-            return DelayedTransport(TcpTransport(), link.rtt_ms / 1e3)
+            return DelayedTransport(TcpTransport(tls), link.rtt_ms / 1e3)
         sender_netns = link.netns.sender_netns
         routes = {
             PeerAddress(d.host, d.transfer_port): PeerAddress(
                 link.netns.receiver_ip, d.transfer_port
             )
             for d in deployment.instances
-            if d.role is InstanceRole.PD_DECODE
+            if d.role is not InstanceRole.PRFAAS_PREFILL  # a PD-P may be flipped to decode
         }
-        shaped = TcpTransport(socket_factory=lambda: socket_in_netns(sender_netns))
-        return RoutedTransport(routes, shaped, TcpTransport())
+        shaped = TcpTransport(tls, socket_factory=lambda: socket_in_netns(sender_netns))
+        return RoutedTransport(routes, shaped, TcpTransport(tls))
     if link.netns is None:
-        return TcpTransport()
+        return TcpTransport(tls)
     receiver_netns = link.netns.receiver_netns
-    shaped = TcpTransport(socket_factory=lambda: socket_in_netns(receiver_netns))
-    return DualListenTransport(TcpTransport(), shaped, link.netns.receiver_ip)
+    shaped = TcpTransport(tls, socket_factory=lambda: socket_in_netns(receiver_netns))
+    return DualListenTransport(TcpTransport(tls), shaped, link.netns.receiver_ip)

@@ -41,6 +41,7 @@ from prfaas.serve.config import (
     LinkShaping,
     NamespaceLink,
     child_environment,
+    transfer_tls,
     with_ports,
 )
 from prfaas.serve.errors import DeploymentError
@@ -79,6 +80,7 @@ class Launcher:
     def start(self) -> None:
         """Every process up (not yet healthy); on failure nothing is left behind."""
         try:
+            transfer_tls(self.deployment)  # TLS files checked here: one error, not one per child
             self.deployment = self._shape_link(self.deployment)
             self._spawn_all()
         except BaseException:

@@ -15,12 +15,20 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:instance_running_requests{instance}     gauge
     prfaas:instance_waiting_requests{instance}     gauge
     prfaas:threshold_tokens                        gauge    t
+    prfaas:instance_role{instance,role}            gauge    1 for the instance's role now
+    prfaas:instance_draining{instance}             gauge    1 while draining for a flip
+    prfaas:role_flips_total{instance,to_role,status}  counter  done / abandoned flips
+    prfaas:rebalance_actions_total{action,reason}  counter  slow-loop actions
+    prfaas:cache_moves_total{status}               counter  cross-cluster prefix moves
+    prfaas:cache_move_bytes_total                  counter  their bytes over the link
+    prfaas:cache_move_tokens_total                 counter  prefix tokens made restorable
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from prfaas.serve.config import InstanceRole
 from prfaas.serve.registry import Registry
 
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -74,6 +82,30 @@ class RouterMetrics:
             "prfaas:instance_waiting_requests", "Waiting.", ["instance"], registry=r
         )
         self.threshold = Gauge("prfaas:threshold_tokens", "Threshold t.", registry=r)
+        self.role = Gauge(
+            "prfaas:instance_role", "1 for the role held.", ["instance", "role"], registry=r
+        )
+        self.draining = Gauge(
+            "prfaas:instance_draining", "1 while draining for a flip.", ["instance"], registry=r
+        )
+        self.role_flips = Counter(
+            "prfaas:role_flips",
+            "PD role flips.",
+            ["instance", "to_role", "status"],
+            registry=r,
+        )
+        self.cache_moves = Counter(
+            "prfaas:cache_moves", "Cross-cluster prefix moves.", ["status"], registry=r
+        )
+        self.cache_move_bytes = Counter(
+            "prfaas:cache_move_bytes", "Prefix-move bytes over the link.", registry=r
+        )
+        self.cache_move_tokens = Counter(
+            "prfaas:cache_move_tokens", "Prefix tokens moved and restorable.", registry=r
+        )
+        self.rebalance_actions = Counter(
+            "prfaas:rebalance_actions", "Slow-loop actions.", ["action", "reason"], registry=r
+        )
 
     def observe(self, path: str, ttft_s: float, e2e_s: float, num_tokens: int) -> None:
         self.ttft.labels(path).observe(ttft_s)
@@ -90,4 +122,7 @@ class RouterMetrics:
         for inst in registry.instances.values():
             self.running.labels(inst.name).set(inst.num_running)
             self.waiting.labels(inst.name).set(inst.num_waiting)
+            self.draining.labels(inst.name).set(int(inst.is_draining))
+            for role in InstanceRole:
+                self.role.labels(inst.name, role.value).set(int(inst.role is role))
         return generate_latest(self.registry)

@@ -98,6 +98,7 @@ class LiveProfile:
 
     timing: PrefillTiming
     decode_step_s_fixed: float = 0.01
+    max_batch_size: int | None = None  # the decode batch cap (the planner's BS_max), if any
 
     @property
     def model(self) -> ModelSpec:
@@ -122,4 +123,8 @@ class LiveProfile:
         return self.timing.at(self.timing.cache_bytes, length_tokens)
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        """A nominal step time; infinite past the instances' `max_batch_size` (they cannot
+        batch more), so the planner's BS_max is that cap."""
+        if self.max_batch_size is not None and batch_size > self.max_batch_size:
+            return float("inf")
         return self.decode_step_s_fixed

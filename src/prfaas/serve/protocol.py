@@ -7,6 +7,11 @@
     POST /tokenize    TokenizeRequest  ->    TokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
+    POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy)
+    POST /cached      TokenizeResult   ->    CachedResult (decode: attention KV it holds)
+    POST /prefix/send   PrefixSendRequest   ->  PrefixSendResult (holder: its cached prefix
+                                                 shipped to the target's transfer endpoint)
+    POST /prefix/import PrefixImportRequest ->  PrefixImportResult (target: into its pool)
 
 `boot_id` changes on every start, so the router notices a restarted instance and re-registers
 it with a clean cache index (anchors pain point 8). Cache events carry a per-instance sequence
@@ -71,6 +76,7 @@ class InstanceInfo(_Body):
     max_batch_size: int
     cache: CacheIdentityBody
     timing: TimingBody | None = None  # None: an older instance (the router assumes linear)
+    can_move_prefix: bool = False  # its backend exports and imports cached prefixes
 
 
 class CacheEventBody(_Body):
@@ -92,13 +98,27 @@ class LinkBody(_Body):
 
 
 class InstanceState(_Body):
+    """Load and cache events. `role` is the instance's role now (a PD instance may have been
+    flipped); `prefill_busy_s` the seconds since start with at least one prefill running (PD-P
+    utilisation for the slow loop); `active_*` the prefill and decode calls in progress."""
+
     boot_id: str
+    role: str | None = None
     links: list[LinkBody] = []
     num_waiting: int
     num_running: int
     free_pages: int
     events: list[CacheEventBody]
     next_seq: int
+    prefill_busy_s: float = 0.0
+    active_prefills: int = 0
+    active_decodes: int = 0
+
+
+class RoleRequest(_Body):
+    """Switch a drained PD instance to `role` (`pd-prefill` or `pd-decode`)."""
+
+    role: str
 
 
 class TokenizeRequest(_Body):
@@ -156,3 +176,38 @@ class DecodeChunk(_Body):
     num_completion_tokens: int = 0
     full_text: str | None = None
     error: str | None = None
+
+
+class CachedResult(_Body):
+    """Prompt tokens whose attention KV a decode instance already holds (block aligned)."""
+
+    tokens: int
+
+
+class PrefixSendRequest(_Body):
+    """Ship the restorable prefix of `token_ids` (at most `max_tokens`) to a target."""
+
+    move_id: str = Field(min_length=1, max_length=100)
+    token_ids: list[int] = Field(min_length=1)
+    max_tokens: int = Field(ge=0)
+    target_transfer_host: str
+    target_transfer_port: int
+
+
+class PrefixSendResult(_Body):
+    move_id: str
+    tokens: int  # 0: nothing to move (the holder no longer has it)
+    kv_bytes: int
+    num_slices: int
+
+
+class PrefixImportRequest(_Body):
+    """Wait for move `move_id` to arrive and insert it into the pool; `tokens` is its prefix."""
+
+    move_id: str = Field(min_length=1, max_length=100)
+    token_ids: list[int] = Field(min_length=1)
+
+
+class PrefixImportResult(_Body):
+    move_id: str
+    hit_tokens: int  # tokens of the prefix restorable on this instance now

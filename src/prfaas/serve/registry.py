@@ -6,6 +6,11 @@ with the global index, dropping what it held (pain point 8). An instance that do
 or that failed a request, is marked unhealthy: `is_accepting` is False in the `ClusterView`,
 so the scheduler places nothing on it, and its cache entries leave the index until it is back.
 
+Roles live here, not in the deployment file: a PD instance's role is what it last reported
+(`/info`, `/state`) or what the router switched it to (`serve.rebalance`). An instance that
+drains for a role flip (`is_draining`) is not accepting either; `inflight` counts the requests
+the router placed on it (prefill or decode stage) that have not finished that stage.
+
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
 engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +48,7 @@ ROLES = {
 @dataclass(slots=True)
 class LiveInstance:
     spec: InstanceSpec
+    role: InstanceRole
     info: p.InstanceInfo | None = None
     is_healthy: bool = False
     next_seq: int = 0
@@ -49,16 +56,28 @@ class LiveInstance:
     num_running: int = 0
     free_pages: int = 0
     links: tuple[p.LinkBody, ...] = ()
+    is_draining: bool = False
+    flip_to: InstanceRole | None = None
+    inflight: int = 0
+    active_calls: int = 0  # prefill + decode calls in progress, as the instance reports them
+    prefill_busy_s: float = 0.0  # cumulative, as reported
+    decode_slot_s: float = 0.0  # integral of running decodes / max_batch_size over polls
+    last_poll_s: float | None = None
+    role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
 
     @property
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def is_accepting(self) -> bool:
+        return self.is_healthy and not self.is_draining
+
 
 class Registry:
     def __init__(self, deployment: Deployment, client: httpx.AsyncClient) -> None:
         self.deployment = deployment
-        self.instances = {s.name: LiveInstance(s) for s in deployment.instances}
+        self.instances = {s.name: LiveInstance(s, s.role) for s in deployment.instances}
         self.index: GlobalKVCacheIndex | None = None
         self._client = client
 
@@ -77,16 +96,17 @@ class Registry:
         await asyncio.gather(*(self._poll(i) for i in self.instances.values()))
 
     async def _poll(self, inst: LiveInstance) -> None:
+        epoch = inst.role_epoch
         try:
             state = await self._get(inst, f"/state?since={inst.next_seq}", p.InstanceState)
             if inst.info is None or state.boot_id != inst.info.boot_id or not inst.is_healthy:
-                state = await self._register(inst)
+                state = await self._register(inst, epoch)
         except (httpx.HTTPError, ValueError, IncompatibleInstanceError):
             self.mark_failed(inst.name)
             return
-        self._apply(inst, state)
+        self._apply(inst, state, epoch)
 
-    async def _register(self, inst: LiveInstance) -> p.InstanceState:
+    async def _register(self, inst: LiveInstance, epoch: int) -> p.InstanceState:
         info = await self._get(inst, "/info", p.InstanceInfo)
         identity = info.cache.identity()
         if self.index is None:
@@ -95,9 +115,12 @@ class Registry:
             raise IncompatibleInstanceError(f"{inst.name} hashes blocks differently")
         self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
         inst.info, inst.next_seq, inst.is_healthy = info, 0, True
+        inst.last_poll_s = None
+        if epoch == inst.role_epoch:
+            inst.role = InstanceRole(info.role)
         return await self._get(inst, "/state?since=0", p.InstanceState)
 
-    def _apply(self, inst: LiveInstance, state: p.InstanceState) -> None:
+    def _apply(self, inst: LiveInstance, state: p.InstanceState, epoch: int) -> None:
         assert self.index is not None
         instance_id = InstanceId(inst.name)
         events: list[CacheEvent] = [
@@ -111,6 +134,15 @@ class Registry:
         inst.next_seq = state.next_seq
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
+        if state.role is not None and epoch == inst.role_epoch:
+            inst.role = InstanceRole(state.role)
+        now = time.monotonic()
+        if inst.last_poll_s is not None and inst.role is InstanceRole.PD_DECODE:
+            share = min(1.0, state.num_running / max(1, inst.spec.max_batch_size))
+            inst.decode_slot_s += share * (now - inst.last_poll_s)
+        inst.last_poll_s = now
+        inst.prefill_busy_s = state.prefill_busy_s
+        inst.active_calls = state.active_prefills + state.active_decodes
 
     async def _get(self, inst: LiveInstance, path: str, kind: type[_Body]) -> _Body:
         response = await self._client.get(inst.spec.url + path, timeout=2.0)
@@ -131,7 +163,7 @@ class Registry:
         return [
             i
             for i in self.instances.values()
-            if i.is_healthy and i.info is not None and (role is None or i.spec.role is role)
+            if i.is_healthy and i.info is not None and (role is None or i.role is role)
         ]
 
     def view(self, now_s: float) -> ClusterView:
@@ -139,8 +171,8 @@ class Registry:
             InstanceView(
                 InstanceId(i.name),
                 ClusterId(i.spec.cluster),
-                ROLES[i.spec.role],
-                is_accepting=i.is_healthy,
+                ROLES[i.role],
+                is_accepting=i.is_accepting,
                 kv_capacity_bytes=float(i.info.kv_capacity_bytes if i.info else 0),
                 max_batch_size=i.spec.max_batch_size,
             )

@@ -2,6 +2,10 @@
 
     POST /v1/completions, /v1/chat/completions   streaming (SSE) or not, with usage
     GET  /v1/models, /health, /metrics (Prometheus), /admin/state (JSON)
+    POST /admin/instances/{name}/role {"role": "pd-prefill"|"pd-decode"}   flip (drain first)
+    POST /admin/rebalance                                                  one slow-loop step now
+
+The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 
 Every error leaves as OpenAI's error JSON; the status comes from the `ServeError` class
 (errors.py), mapped in `_serve_error` only. A streamed request is placed and prefilled before
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,11 +27,15 @@ import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
-from prfaas.serve.config import Deployment
+from prfaas.serve.config import Deployment, InstanceRole
 from prfaas.serve.errors import (
+    BadRequestError,
+    ConflictError,
     ModelNotFoundError,
+    NotFoundError,
     PayloadTooLargeError,
     ServeError,
     error_body,
@@ -42,6 +50,7 @@ from prfaas.serve.openai_api import (
     parse_body,
     usage,
 )
+from prfaas.serve.rebalance import admin_view
 from prfaas.serve.registry import Registry
 
 DEFAULT_MAX_TOKENS = 16
@@ -90,6 +99,8 @@ def _prfaas_fields(placed: Placed, ttft_s: float) -> dict[str, Any]:
         "decode_instance": d.decode_instance_id,
         "kv_bytes": placed.prefill.kv_bytes,
         "hit_tokens": placed.prefill.hit_tokens,
+        "moved_prefix_tokens": (placed.move or {}).get("hit_tokens", 0),
+        "moved_kv_bytes": (placed.move or {}).get("kv_bytes", 0),
         "ttft_s": round(ttft_s, 6),
     }
 
@@ -191,7 +202,11 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
         "instances": [
             {
                 "name": i.name,
-                "role": i.spec.role.value,
+                "role": i.role.value,
+                "configured_role": i.spec.role.value,
+                "draining": i.is_draining,
+                "flip_to": i.flip_to.value if i.flip_to is not None else None,
+                "inflight": i.inflight,
                 "cluster": i.spec.cluster,
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
@@ -215,7 +230,40 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
         },
         "reasons": dict(rt.scheduler.reasons) if rt.registry.healthy() else {},
         "recent_decisions": list(rt.recent),
+        "rebalance": admin_view(rt.slow_loop),
     }
+
+
+def _role(raw: bytes, max_body_bytes: int) -> InstanceRole:
+    """The role of a flip request's body `{"role": ...}` (400 on anything else)."""
+    if len(raw) > max_body_bytes:
+        raise PayloadTooLargeError(f"request body of {len(raw)} bytes > {max_body_bytes}")
+    try:
+        body = p.RoleRequest.model_validate_json(raw)
+        return InstanceRole(body.role)
+    except (ValidationError, ValueError):
+        roles = ", ".join(r.value for r in InstanceRole)
+        raise BadRequestError(f'the body must be {{"role": ROLE}}, ROLE one of {roles}') from None
+
+
+def _admin_routes(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:
+    @app.post("/admin/instances/{name}/role", status_code=202)
+    async def flip_role(name: str, request: Request) -> dict[str, Any]:
+        """Drain instance `name`, then switch it to the body's role (202: the flip started;
+        follow it in /admin/state `rebalance.flips`)."""
+        rt = runtime()
+        role = _role(await request.body(), rt.deployment.router.max_body_bytes)
+        if name not in rt.registry.instances:
+            raise NotFoundError(f"no instance named {name!r}")
+        return rt.slow_loop.request_flip(rt, name, role, trigger="admin")
+
+    @app.post("/admin/rebalance")
+    async def rebalance_now() -> dict[str, Any]:
+        """One slow-loop step now, whatever the period (the actions it took)."""
+        rt = runtime()
+        if not rt.deployment.rebalance.enabled:
+            raise ConflictError("the slow loop is disabled (rebalance.enabled: false)")
+        return {"actions": rt.slow_loop.step(rt), "threshold_tokens": rt.threshold_tokens}
 
 
 def build_app(deployment: Deployment) -> FastAPI:
@@ -225,13 +273,17 @@ def build_app(deployment: Deployment) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with httpx.AsyncClient(timeout=10.0) as client:
             registry = Registry(deployment, client)
-            holder["rt"] = RouterRuntime(deployment, registry, RouterMetrics(), client)
+            rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
+            holder["rt"] = rt
             await registry.poll_once()
             poller = asyncio.create_task(registry.run())
+            slow = asyncio.create_task(rt.slow_loop.run(rt))
             try:
                 yield
             finally:
                 poller.cancel()
+                slow.cancel()
+                await rt.slow_loop.close()
 
     app = FastAPI(lifespan=lifespan)
 
@@ -270,7 +322,7 @@ def build_app(deployment: Deployment) -> FastAPI:
         decode instance serve; 503: requests cannot be served."""
         rt = runtime()
         healthy = rt.registry.healthy()
-        roles = {i.spec.role for i in healthy}
+        roles = {i.role for i in healthy}
         can_serve = any(r.is_prefill for r in roles) and any(not r.is_prefill for r in roles)
         status = "ok" if len(healthy) == len(rt.registry.instances) else "degraded"
         body = {"status": status if can_serve else "unavailable", "healthy": len(healthy)}
@@ -286,6 +338,7 @@ def build_app(deployment: Deployment) -> FastAPI:
     async def admin_state() -> dict[str, Any]:
         return _admin_state(runtime())
 
+    _admin_routes(app, runtime)
     return app
 
 

@@ -29,10 +29,13 @@ from prfaas.engine import (
     EngineConfig,
     ExportedPrefill,
     ExportRecord,
+    PrefixExport,
+    PrefixRecord,
     SamplingParams,
     TokenEvent,
     load_model,
 )
+from prfaas.kvcache import GroupKind
 from prfaas.serve import errors
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import (
@@ -115,8 +118,10 @@ class EngineWorker:
         request_id: str,
         tokens: list[int],
         sampling: p.Sampling,
+        from_token: int = 0,
     ) -> asyncio.Queue[Item]:
-        """Prefill on the engine thread; slices arrive as layers finish, then `PrefillDone`."""
+        """Prefill on the engine thread; slices arrive as layers finish, then `PrefillDone`.
+        Attention KV is exported from `from_token` on (what the decode instance lacks)."""
         out: asyncio.Queue[Item] = asyncio.Queue()
         sink = _threadsafe(loop, out)
         params = sampling_params(sampling)
@@ -126,7 +131,7 @@ class EngineWorker:
                 probe = self.engine.paged.request("probe", tokens, 0, imported=False)
                 hit = self.engine.paged.pool.match(probe).hit_tokens
                 exported = self.engine.export_prefill(
-                    request_id, tokens, params, from_token=0, on_layer=sink
+                    request_id, tokens, params, from_token=from_token, on_layer=sink
                 )
                 first = None if exported is None else exported.first_token
                 sink(PrefillDone(first, hit))
@@ -135,6 +140,30 @@ class EngineWorker:
 
         self._commands.put(command)
         return out
+
+    def export_from(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request_id: str,
+        tokens: list[int],
+        sampling: p.Sampling,
+        from_token: int,
+    ) -> asyncio.Queue[Item]:
+        return self.export(loop, request_id, tokens, sampling, from_token=from_token)
+
+    def cached_prefix_tokens(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
+    ) -> asyncio.Future[int]:
+        fut: asyncio.Future[int] = loop.create_future()
+
+        def command() -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, fut, self.engine.cached_prefix_tokens(tokens))
+            except Exception as err:
+                loop.call_soon_threadsafe(_fail, fut, err)
+
+        self._commands.put(command)
+        return fut
 
     def decode(
         self,
@@ -165,6 +194,57 @@ class EngineWorker:
 
         self._commands.put(command)
         return out
+
+    def export_prefix(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int], max_tokens: int
+    ) -> asyncio.Future[list[KvSlice]]:
+        """The pool's restorable prefix of `tokens` (<= max_tokens) as one slice per group
+        (`serve.backend.PrefixMover`); no slices when the pool holds none."""
+        fut: asyncio.Future[list[KvSlice]] = loop.create_future()
+
+        def command() -> None:
+            try:
+                export = self.engine.export_prefix(tokens, max_tokens)
+                slices = [] if export is None else _prefix_slices(export)
+                loop.call_soon_threadsafe(_settle, fut, slices)
+            except Exception as err:
+                loop.call_soon_threadsafe(_fail, fut, err)
+
+        self._commands.put(command)
+        return fut
+
+    def import_prefix(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        move_id: str,
+        tokens: list[int],
+        slices: Sequence[KvSlice],
+    ) -> asyncio.Future[int]:
+        """Insert a moved prefix into the pool; the tokens restorable now (0: no room)."""
+        fut: asyncio.Future[int] = loop.create_future()
+        groups = self.engine.paged.config.layout.groups
+        records = tuple(
+            PrefixRecord(
+                s.group_index,
+                groups[s.group_index].kind is GroupKind.ATTENTION,
+                s.shape[0] if s.shape else 0,
+                s.data,
+            )
+            for s in slices
+            if 0 <= s.group_index < len(groups)
+        )
+        block = self.engine.paged.block_tokens
+        export = PrefixExport(tuple(tokens), len(tokens) // block, records)
+
+        def command() -> None:
+            try:
+                blocks = self.engine.import_prefix(export, move_id)
+                loop.call_soon_threadsafe(_settle, fut, blocks * block)
+            except Exception as err:
+                loop.call_soon_threadsafe(_fail, fut, err)
+
+        self._commands.put(command)
+        return fut
 
     def cancel(self, request_id: str) -> None:
         def command() -> None:
@@ -232,6 +312,24 @@ def _nothing() -> None:
     return None
 
 
+def _settle(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(err)
+
+
+def _prefix_slices(export: PrefixExport) -> list[KvSlice]:
+    end = len(export.tokens)
+    return [
+        KvSlice(0, r.group_index, 0, end, "uint8", (r.num_rows, r.row_bytes), r.data)
+        for r in export.records
+    ]
+
+
 _NOTHING: Callable[[], None] = _nothing
 
 
@@ -268,6 +366,7 @@ class TorchBackend(EngineWorker):
             peer=identity_for(
                 engine.paged.layout.spec, deployment.block_tokens, deployment.hash_seed
             ),
+            can_move_prefix=True,
         )
 
     def encode(self, text: str) -> list[int]:

@@ -1,0 +1,264 @@
+"""The router's long timescale: the scheduler's slow loop run live, and PD role flips.
+
+    every rebalance.period_s   stats = what was observed since the last step (below)
+                               actions = scheduler.rebalance(registry.view(now), stats)
+                               SetThreshold: the scheduler already uses the new t
+                               FlipRole:     flip(instance, role)
+    POST /admin/instances/{name}/role {"role": ...}   flip(instance, role) by hand
+
+A flip drains first: the instance is marked draining (the `ClusterView` says not accepting,
+so the scheduler places nothing new on it), the router waits until the requests it placed on
+the instance finished their stage there (`LiveInstance.inflight` 0) and the instance reports no
+prefill or decode call in progress, then asks the instance to switch (`POST /role`), then
+routes the new role's work to it. A flip that does not drain within `drain_timeout_s`, or that
+the instance refuses, is abandoned: the instance keeps its role and accepts again. One flip at
+a time (the scheduler's rule too).
+
+Observed stats, measured as the simulator measures them (`sim.cluster.stage_stats`):
+
+    pd_prefill_utilisation    PD-P seconds with a prefill running (instance-reported) / period
+    pd_decode_utilisation     PD-D running decodes / max_batch_size, integrated over the polls
+    pd_prefill_queue_s        mean dispatch-ledger prefill seconds queued at the PD-P instances
+    decode_waiting_requests   PD-D requests waiting for a batch slot (instance-reported)
+    link_capacity_bytes_per_s the link's bandwidth (the `LinkView` the router routes with)
+
+The post-prefix-match lengths are the scheduler's own window (every routed request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from prfaas.kvcache.ids import InstanceId
+from prfaas.planner.model import Cluster, Hardware
+from prfaas.scheduler import (
+    FlipRole,
+    RebalanceConfig,
+    RebalancePolicy,
+    Role,
+    SetThreshold,
+    StageStats,
+)
+from prfaas.serve import protocol as p
+from prfaas.serve.config import InstanceRole, RebalanceSpec
+from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
+from prfaas.serve.profile import LiveProfile
+
+if TYPE_CHECKING:
+    from prfaas.serve.flow import RouterRuntime
+    from prfaas.serve.registry import LiveInstance
+
+PD_ROLES = (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE)
+TO_INSTANCE_ROLE = {
+    Role.PD_PREFILL: InstanceRole.PD_PREFILL,
+    Role.PD_DECODE: InstanceRole.PD_DECODE,
+}
+MAX_HISTORY = 100
+
+
+def rebalance_policy(
+    spec: RebalanceSpec, prfaas: LiveProfile | None, pd: LiveProfile, link_gbps: float
+) -> RebalancePolicy | None:
+    """The scheduler's slow loop over the live profiles (None when the deployment disables it).
+    Instance counts and the link rate are replaced by the live ones at every step."""
+    if not spec.enabled:
+        return None
+    hardware = Hardware(
+        prfaas=Cluster(prfaas or pd, 0),
+        pd=Cluster(pd, 0),
+        link_gbps=link_gbps,
+        decode_slo_tokens_per_s=spec.decode_slo_tokens_per_s,
+    )
+    config = RebalanceConfig(
+        hardware,
+        period_s=spec.period_s,
+        min_samples=spec.min_samples,
+        step_tokens=spec.step_tokens,
+        busy_utilisation=spec.busy_utilisation,
+        idle_utilisation=spec.idle_utilisation,
+        queue_s=spec.queue_s,
+        min_threshold_change=spec.min_threshold_change,
+    )
+    return RebalancePolicy(config)
+
+
+@dataclass(slots=True)
+class SlowLoop:
+    """Role flips and the periodic rebalance step of one router (state for /admin/state)."""
+
+    spec: RebalanceSpec
+    steps: int = 0
+    actions: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
+    flips: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _last_step_s: float = field(default_factory=time.monotonic)
+    _last_busy_s: dict[str, float] = field(default_factory=dict)
+    _last_slot_s: dict[str, float] = field(default_factory=dict)
+
+    # --- the periodic step -------------------------------------------------------------------
+
+    async def run(self, rt: RouterRuntime) -> None:
+        """Step every `period_s` (never when disabled); one failed step never stops the loop."""
+        if not self.spec.enabled:
+            return
+        while True:
+            await asyncio.sleep(self.spec.period_s)
+            try:
+                self.step(rt)
+            except Exception as err:  # reported in /admin/state; the loop goes on
+                self.actions.append({"t_s": round(rt.now_s(), 3), "error": repr(err)})
+
+    def stats(self, rt: RouterRuntime) -> StageStats:
+        """What was observed since the last step (module docstring); resets the window."""
+        now = time.monotonic()
+        period_s = max(now - self._last_step_s, 1e-9)
+        self._last_step_s = now
+        p_busy = d_slots = 0.0
+        p_count = d_count = waiting = 0
+        queues: list[float] = []
+        ledger = rt.scheduler.ledger
+        for inst in rt.registry.instances.values():
+            busy = inst.prefill_busy_s - self._last_busy_s.get(inst.name, inst.prefill_busy_s)
+            slots = inst.decode_slot_s - self._last_slot_s.get(inst.name, 0.0)
+            self._last_busy_s[inst.name] = inst.prefill_busy_s
+            self._last_slot_s[inst.name] = inst.decode_slot_s
+            if not inst.is_healthy:
+                continue
+            if inst.role is InstanceRole.PD_PREFILL:
+                p_busy += max(0.0, busy)
+                p_count += 1
+                queues.append(ledger.prefill_work_s(InstanceId(inst.name)))
+            elif inst.role is InstanceRole.PD_DECODE:
+                d_slots += max(0.0, slots)
+                d_count += 1
+                waiting += inst.num_waiting
+        return StageStats(
+            pd_prefill_utilisation=min(1.0, p_busy / (period_s * max(p_count, 1))),
+            pd_decode_utilisation=min(1.0, d_slots / (period_s * max(d_count, 1))),
+            pd_prefill_queue_s=sum(queues) / max(1, len(queues)),
+            decode_waiting_requests=waiting,
+            link_capacity_bytes_per_s=rt.registry.link_view().capacity_bytes_per_s,
+        )
+
+    def step(self, rt: RouterRuntime) -> list[dict[str, Any]]:
+        """One slow-loop step: the scheduler decides, the router carries the flips out."""
+        scheduler = rt.scheduler
+        stats = self.stats(rt)
+        self.steps += 1
+        done: list[dict[str, Any]] = []
+        before = scheduler.threshold_tokens
+        for action in scheduler.rebalance(rt.registry.view(rt.now_s()), stats):
+            record: dict[str, Any] = {"t_s": round(rt.now_s(), 3), "reason": action.reason.value}
+            if isinstance(action, SetThreshold):
+                record.update(action="set-threshold", before=before, after=action.threshold_tokens)
+            elif isinstance(action, FlipRole):
+                to_role = TO_INSTANCE_ROLE[action.to_role]
+                record.update(action="flip-role", instance=action.instance_id, to=to_role.value)
+                try:
+                    self.request_flip(rt, action.instance_id, to_role, trigger=action.reason.value)
+                except ServeError as err:
+                    record["refused"] = str(err)
+            rt.metrics.rebalance_actions.labels(record["action"], record["reason"]).inc()
+            self.actions.append(record)
+            done.append(record)
+        return done
+
+    # --- role flips ----------------------------------------------------------------------------
+
+    def request_flip(
+        self, rt: RouterRuntime, name: str, to_role: InstanceRole, *, trigger: str
+    ) -> dict[str, Any]:
+        """Start draining `name` for `to_role` (returns at once; the flip runs as a task)."""
+        inst = rt.registry.instances.get(name)
+        if inst is None:
+            raise BadRequestError(f"no instance named {name!r}")
+        if inst.role not in PD_ROLES or to_role not in PD_ROLES:
+            raise BadRequestError("only PD instances flip, between pd-prefill and pd-decode")
+        if inst.is_draining or any(i.is_draining for i in rt.registry.instances.values()):
+            raise ConflictError("a flip is already draining (one at a time)")
+        if inst.role is to_role:
+            raise ConflictError(f"instance {name} already is {to_role.value}")
+        if not inst.is_healthy:
+            raise ConflictError(f"instance {name} is not healthy")
+        others = [i for i in rt.registry.healthy(inst.role) if i.name != name]
+        if not others:
+            raise ConflictError(f"instance {name} is the last healthy {inst.role.value}")
+        record: dict[str, Any] = {
+            "instance": name,
+            "from": inst.role.value,
+            "to": to_role.value,
+            "trigger": trigger,
+            "requested_t_s": round(rt.now_s(), 3),
+            "status": "draining",
+        }
+        inst.is_draining, inst.flip_to = True, to_role
+        self.flips.append(record)
+        task = asyncio.get_running_loop().create_task(self._flip(rt, inst, to_role, record))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return record
+
+    async def _flip(
+        self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole, record: dict[str, Any]
+    ) -> None:
+        deadline = time.monotonic() + self.spec.drain_timeout_s
+        interval = rt.deployment.router.poll_interval_s
+        try:
+            while True:
+                if not inst.is_healthy:
+                    raise ConflictError("the instance failed while draining")
+                if inst.inflight == 0 and inst.active_calls == 0:
+                    info = await self._switch(rt, inst, to_role)
+                    if info is not None:
+                        break
+                if time.monotonic() > deadline:
+                    raise ConflictError(f"not drained within {self.spec.drain_timeout_s:g} s")
+                await asyncio.sleep(interval)
+        except (ServeError, httpx.HTTPError) as err:
+            record.update(status="abandoned", error=str(err) or repr(err))
+            rt.metrics.role_flips.labels(inst.name, to_role.value, "abandoned").inc()
+        else:
+            inst.role_epoch += 1
+            inst.role = InstanceRole(info.role)
+            record.update(status="done", done_t_s=round(rt.now_s(), 3))
+            rt.metrics.role_flips.labels(inst.name, to_role.value, "done").inc()
+        finally:
+            inst.is_draining, inst.flip_to = False, None
+
+    async def _switch(
+        self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole
+    ) -> p.InstanceInfo | None:
+        """Ask the instance to switch; None when it is still busy (409: try again later)."""
+        body = p.RoleRequest(role=to_role.value)
+        response = await rt.client.post(
+            inst.spec.url + "/role",
+            content=body.model_dump_json(),
+            headers={"content-type": "application/json"},
+        )
+        if response.status_code == ConflictError.status_code:
+            return None
+        if response.status_code != 200:
+            raise ConflictError(f"the instance refused: {response.text[:200]}")
+        return p.InstanceInfo.model_validate_json(response.content)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def admin_view(slow: SlowLoop) -> dict[str, Any]:
+    spec = slow.spec
+    return {
+        "enabled": spec.enabled,
+        "period_s": spec.period_s,
+        "min_samples": spec.min_samples,
+        "steps": slow.steps,
+        "recent_actions": list(slow.actions),
+        "flips": list(slow.flips),
+    }
