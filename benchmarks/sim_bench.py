@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import time
@@ -36,13 +37,14 @@ def bench_trace() -> dict[str, object]:
     body, base = read_scenario_file("paper-case-study")
     body = with_trace(body, TRACE)
     body = body.model_copy(update={"simulation": SimulationFile(prefix_cache_gib=512)})
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run = simulate_body(body, base, "trace", ["prfaas"])[0]
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     n = run.report.summary.num_requests
     return {
         "requests": n,
         "wall_s": wall,
+        "cpu_s": cpu,
         "requests_per_s": n / wall,
         "events_per_s": run.report.num_events / wall,
     }
@@ -54,12 +56,13 @@ def bench_synthetic(num: int) -> dict[str, object]:
     body = body.model_copy(
         update={"arrivals": arrivals, "simulation": SimulationFile(sample_period_s=600)}
     )
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     run = simulate_body(body, base, "synthetic", ["prfaas"])[0]
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
         "requests": num,
         "wall_s": wall,
+        "cpu_s": cpu,
         "requests_per_s": num / wall,
         "events_per_s": run.report.num_events / wall,
     }
@@ -131,10 +134,12 @@ def main() -> None:
         "git_sha": _git_sha(),
         "host": platform.node(),
         "python": platform.python_version(),
+        "load_avg_start": os.getloadavg(),  # a shared host: compare cpu_s, not only wall_s
         "tandem": bench_tandem(args.tandem),
         "trace": bench_trace(),
         "synthetic": bench_synthetic(args.synthetic),
     }
+    result["load_avg_end"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 
 

@@ -7,9 +7,11 @@ from scheduler_fixtures import GB, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
+    ClusterView,
     DispatchLedger,
     GlobalScheduler,
     HomogeneousPdPolicy,
+    Role,
     RouteDecision,
     choose_decode,
 )
@@ -90,3 +92,11 @@ def test_decode_choice_needs_free_kv_then_falls_back_to_most_free() -> None:
     # Neither has 1 GB free: the one with most free memory (d0: 0.5 GB) gets it to wait.
     assert choose_decode(decodes, 1 * GB, ledger).instance_id == "d0"  # type: ignore[union-attr]
     assert choose_decode((), 1 * GB, ledger) is None
+
+
+def test_view_with_known_accepting_lists_equals_a_plain_view() -> None:
+    plain = make_view()
+    known = {role: plain.accepting(role) for role in Role}
+    view = ClusterView.with_accepting(plain.now_s, plain.instances, plain.link, known)
+    assert view == plain
+    assert all(view.accepting(role) == plain.accepting(role) for role in Role)

@@ -12,8 +12,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from prfaas.planner.scenario import RebalanceFile, SimulationFile, read_scenario_file
+from prfaas.planner.scenario import (
+    RebalanceFile,
+    ScenarioFile,
+    SimulationFile,
+    read_scenario_file,
+)
 from prfaas.sim.api import SimRun, simulate_body, with_trace
+from prfaas.sim.sweep import SweepRow, saturation, sweep_json, sweep_time_scales
 from prfaas.specs.errors import SpecError
 
 
@@ -112,6 +118,38 @@ RebalanceOption = Annotated[
     float | None,
     typer.Option("--rebalance-period", help="Run the slow loop every S seconds (prfaas policy)."),
 ]
+TimeScalesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--time-scales",
+        help="Comma-separated trace time scales: run every policy at each (a load sweep).",
+    ),
+]
+
+
+def _render_sweep(rows: list[SweepRow]) -> None:
+    table = Table(title="Time-scale sweep")
+    for name in ("scale", "offered/s", "policy", "throughput/s", "goodput/s", "in SLO"):
+        table.add_column(name, justify="right")
+    table.add_column("TTFT mean / P90 / P99 (s)", justify="right")
+    table.add_column("prefix hit", justify="right")
+    for r in rows:
+        table.add_row(
+            f"{r.time_scale:g}",
+            _fmt(r.offered_per_s, ".3f"),
+            r.policy,
+            _fmt(r.throughput_per_s, ".3f"),
+            _fmt(r.goodput_per_s, ".3f"),
+            "-" if r.num_in_slo is None else f"{r.num_in_slo} / {r.num_requests}",
+            " / ".join(_fmt(v) for v in (r.ttft_mean_s, r.ttft_p90_s, r.ttft_p99_s)),
+            f"{r.prefix_hit_fraction:.1%}",
+        )
+    console = Console()
+    console.print(table)
+    for policy, (rate, scale) in saturation(rows).items():
+        console.print(
+            f"{policy}: saturation {rate:.3f} req/s (largest completion rate, at {scale:g})"
+        )
 
 
 def command(
@@ -124,6 +162,7 @@ def command(
     rebalance_period: RebalanceOption = None,
     as_json: JsonOption = False,
     plot_dir: PlotDirOption = None,
+    time_scales: TimeScalesOption = None,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
@@ -149,6 +188,9 @@ def command(
     policies: list[str | None] = (
         [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
     )
+    if time_scales is not None:
+        _sweep(body, base_dir, scenario, policies, time_scales, as_json, plot_dir)
+        return
     with Progress(transient=True, disable=as_json) as bar:
         task = bar.add_task("simulating", total=len(policies))
         runs = simulate_body(
@@ -167,3 +209,38 @@ def command(
 
         for path in write_plots([r.report for r in runs], plot_dir):
             typer.echo(f"wrote {path}", err=as_json)
+
+
+def _sweep(  # noqa: PLR0917 (the command's options, passed on)
+    body: ScenarioFile,
+    base_dir: Path,
+    scenario: str,
+    policies: list[str | None],
+    time_scales: str,
+    as_json: bool,
+    plot_dir: Path | None,
+) -> None:
+    try:
+        scales = [float(x) for x in time_scales.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"--time-scales: not a list of numbers: {time_scales!r}") from None
+    with Progress(transient=True, disable=as_json) as bar:
+        task = bar.add_task("simulating", total=len(policies) * len(scales))
+        rows = sweep_time_scales(
+            body,
+            base_dir,
+            Path(scenario).name,
+            scales,
+            policies,
+            progress=lambda name, frac: bar.update(
+                task, description=f"simulating {name}", advance=0.01
+            ),
+        )
+    if as_json:
+        typer.echo(json.dumps(sweep_json(rows), indent=2))
+    else:
+        _render_sweep(rows)
+    if plot_dir is not None:
+        from prfaas.sim.plots import write_sweep_plot
+
+        typer.echo(f"wrote {write_sweep_plot(rows, plot_dir)}", err=as_json)

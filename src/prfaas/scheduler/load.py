@@ -117,18 +117,15 @@ def choose_decode(
     """Least loaded decode instance with room for `kv_bytes`; see the module docstring."""
     if not candidates:
         return None
-
-    def free(c: InstanceView) -> float:
-        return c.kv_capacity_bytes - ledger.decode_kv_bytes(c.instance_id)
-
-    roomy = [c for c in candidates if free(c) >= kv_bytes]
+    free = [(c.kv_capacity_bytes - ledger.decode_kv_bytes(c.instance_id), c) for c in candidates]
+    roomy = [(f, c) for f, c in free if f >= kv_bytes]
     if not roomy:
-        return max(candidates, key=lambda c: (free(c), c.instance_id))
+        return max(free, key=lambda fc: (fc[0], fc[1].instance_id))[1]
     return min(
         roomy,
-        key=lambda c: (
-            ledger.decode_requests(c.instance_id) / max(1, c.max_batch_size),
-            -free(c),
-            c.instance_id,
+        key=lambda fc: (
+            ledger.decode_requests(fc[1].instance_id) / max(1, fc[1].max_batch_size),
+            -fc[0],
+            fc[1].instance_id,
         ),
-    )
+    )[1]

@@ -41,6 +41,8 @@ class PathChoice:
 def best_hit(request: RouteRequest, instances: tuple[InstanceView, ...]) -> tuple[int, int]:
     """(hit tokens, index) of the instance with the longest restorable prefix; (0, -1) if none."""
     best, index = 0, -1
+    if not request.hit_tokens:
+        return best, index  # no prefix anywhere (the common case without caching)
     for i, inst in enumerate(instances):
         hit = request.hit_on(inst.instance_id)
         if hit > best:
@@ -65,6 +67,12 @@ def place(
         return Rejection(request.request_id, RejectReason.NO_DECODE_INSTANCE)
     moved = choice.cache_move.tokens if choice.cache_move is not None else 0
     on_prfaas = choice.path is ServePath.PRFAAS
+    if not request.hit_tokens and moved == 0:
+        # Nothing cached anywhere: every candidate computes the whole prompt (same choice as
+        # the general path below, without evaluating it per candidate).
+        cold_s = config.prefill_s(on_prfaas, request.input_tokens)
+        cold = choose_prefill(candidates, _no_hit, lambda _: cold_s, ledger, config.load_slack)
+        return _decision(request, choice, cold, decode, 0)
 
     def reused(inst: InstanceView) -> int:
         local = request.hit_on(inst.instance_id)
@@ -78,7 +86,20 @@ def place(
         return reused(inst) if choice.is_cache_aware else 0
 
     prefill = choose_prefill(candidates, hit, work_s, ledger, config.load_slack)
-    reuse = reused(prefill)
+    return _decision(request, choice, prefill, decode, reused(prefill))
+
+
+def _no_hit(_: InstanceView) -> int:
+    return 0
+
+
+def _decision(
+    request: RouteRequest,
+    choice: PathChoice,
+    prefill: InstanceView,
+    decode: InstanceView,
+    reuse: int,
+) -> RouteDecision:
     return RouteDecision(
         request_id=request.request_id,
         path=choice.path,

@@ -90,4 +90,5 @@ class GlobalScheduler:
             decision.decode_instance_id,
             self.config.kv_bytes(request.input_tokens + request.output_tokens),
         )
-        self._window.observe(request, decision)
+        if self.rebalancer is not None:  # the window feeds only the slow loop
+            self._window.observe(request, decision)

@@ -99,9 +99,33 @@ class ClusterView:
     now_s: float
     instances: tuple[InstanceView, ...]
     link: LinkView
+    # A decision asks for the same role's instances several times; the view is frozen, so the
+    # answer is computed once per role (not part of equality or the constructor).
+    _accepting: dict[Role, tuple[InstanceView, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    @classmethod
+    def with_accepting(
+        cls,
+        now_s: float,
+        instances: tuple[InstanceView, ...],
+        link: LinkView,
+        accepting: Mapping[Role, tuple[InstanceView, ...]],
+    ) -> ClusterView:
+        """A view whose `accepting` answers its host already knows (the simulator keeps them
+        between decisions, since roles change rarely); they must equal what `accepting` computes
+        from `instances`."""
+        view = cls(now_s, instances, link)
+        view._accepting.update(accepting)
+        return view
 
     def accepting(self, role: Role) -> tuple[InstanceView, ...]:
-        return tuple(i for i in self.instances if i.role is role and i.is_accepting)
+        found = self._accepting.get(role)
+        if found is None:
+            found = tuple(i for i in self.instances if i.role is role and i.is_accepting)
+            self._accepting[role] = found
+        return found
 
     def count(self, role: Role) -> int:
         """Instances holding `role`, draining ones included."""

@@ -50,6 +50,12 @@ def _arrivals(body: ScenarioFile, base_dir: Path, seed: int) -> list[SimRequest]
     return synthetic_arrivals(arrivals, workload.input, workload.output, seed)
 
 
+def scenario_arrivals(body: ScenarioFile, base_dir: Path) -> list[SimRequest]:
+    """The arrivals `simulate_body` replays for `body` (drawn with the scenario's seed)."""
+    seed = body.simulation.seed if body.simulation is not None else 0
+    return _arrivals(body, base_dir, seed)
+
+
 def with_trace(body: ScenarioFile, trace: Path) -> ScenarioFile:
     """Replace the workload by the whole trace replayed at its timestamps (cache capacity
     unbounded for the planner's view; the simulator's pools have their configured size). A

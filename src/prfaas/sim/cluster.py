@@ -7,6 +7,7 @@ finishes what it holds in its old role) and then switches (`settle_flip`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,9 @@ from prfaas.sim.instances import DecodeFacet, PrefillFacet
 
 if TYPE_CHECKING:
     from prfaas.sim.runner import Simulator
+
+#: Instance views and, per role, the accepting ones: what `cluster_view` reuses between decisions.
+ViewsCache = tuple[tuple[InstanceView, ...], dict[Role, tuple[InstanceView, ...]]]
 
 PRFAAS_CLUSTER = ClusterId("prfaas")
 PD_CLUSTER = ClusterId("pd")
@@ -35,6 +39,8 @@ class SimInstance:
     last_busy_s: float = 0.0
     last_area: float = 0.0
     flips: list[tuple[float, Role]] = field(default_factory=list)
+    _view: InstanceView | None = None  # rebuilt only when the role or draining changes
+    on_change: Callable[[], None] | None = None  # told when the role or draining changes
 
     @property
     def is_accepting(self) -> bool:
@@ -42,6 +48,7 @@ class SimInstance:
 
     def begin_flip(self, to_role: Role) -> None:
         self.target_role = to_role
+        self._changed()
         self.settle_flip()
 
     def settle_flip(self) -> None:
@@ -51,17 +58,25 @@ class SimInstance:
         old = self.decode if self.role is Role.PD_DECODE else self.prefill
         if old.is_idle:
             self.role, self.target_role = self.target_role, None
+            self._changed()
             self.flips.append((self.prefill.loop.now_s, self.role))
 
+    def _changed(self) -> None:
+        self._view = None
+        if self.on_change is not None:
+            self.on_change()
+
     def view(self) -> InstanceView:
-        return InstanceView(
-            self.instance_id,
-            self.cluster_id,
-            self.role,
-            self.is_accepting,
-            self.decode.kv_capacity_bytes,
-            self.decode.max_batch_size,
-        )
+        if self._view is None:
+            self._view = InstanceView(
+                self.instance_id,
+                self.cluster_id,
+                self.role,
+                self.is_accepting,
+                self.decode.kv_capacity_bytes,
+                self.decode.max_batch_size,
+            )
+        return self._view
 
 
 def build_instances(
@@ -92,7 +107,16 @@ def build_instances(
 
 
 def cluster_view(sim: Simulator) -> ClusterView:
-    return ClusterView(sim.loop.now_s, tuple(i.view() for i in sim.instances), sim.link_view())
+    """The scheduler's view now; instance views and per-role lists are kept until a role or
+    draining flag changes (`SimInstance.on_change` clears them)."""
+    cached = sim.views_cache
+    if cached is None:
+        views = tuple(i.view() for i in sim.instances)
+        accepting = {
+            role: tuple(v for v in views if v.role is role and v.is_accepting) for role in Role
+        }
+        cached = sim.views_cache = (views, accepting)
+    return ClusterView.with_accepting(sim.loop.now_s, cached[0], sim.link_view(), cached[1])
 
 
 def stage_stats(sim: Simulator, period_s: float) -> StageStats:

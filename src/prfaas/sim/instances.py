@@ -178,6 +178,7 @@ class DecodeFacet:
         self._join_pending = False
         self.batch_area = 0.0  # integral of batch size over time, for utilisation
         self._step_cache: dict[tuple[int, int], float] = {}
+        self._context_sum = 0  # sum of the running members' context tokens (exact ints)
 
     @property
     def is_idle(self) -> bool:
@@ -212,9 +213,11 @@ class DecodeFacet:
             steps = round((now - self.anchor_s) / self.step_s)
             self.batch_area += len(self.running) * (now - self.anchor_s)
             if steps > 0:
+                segment = (self.anchor_s, self.step_s, steps)
                 for seq in self.running:
-                    seq.segments.append((self.anchor_s, self.step_s, steps))
+                    seq.segments.append(segment)
                     seq.tokens_left -= steps
+                self._context_sum += steps * len(self.running)
         self.anchor_s = now
 
     def _boundary(self) -> None:
@@ -225,15 +228,17 @@ class DecodeFacet:
             self.running = [s for s in self.running if s.tokens_left > 0]
             for seq in finished:
                 self.kv_used_bytes -= seq.kv_bytes
+                self._context_sum -= seq.context_tokens
                 self.host.decode_finished(seq)
         while self._can_admit():
             seq = self.waiting.popleft()
             self.kv_used_bytes += seq.kv_bytes
+            self._context_sum += seq.context_tokens
             self.running.append(seq)
         self._version += 1
         if not self.running:
             return
-        context = sum(s.context_tokens for s in self.running) // len(self.running)
+        context = self._context_sum // len(self.running)
         key = (len(self.running), context >> 8)
         step_s = self._step_cache.get(key)
         if step_s is None:

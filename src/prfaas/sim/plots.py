@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prfaas.sim.report import SimReport
+from prfaas.sim.sweep import SweepRow, saturation
 
 
 def write_plots(reports: list[SimReport], plot_dir: Path) -> list[Path]:
@@ -47,3 +48,34 @@ def write_plots(reports: list[SimReport], plot_dir: Path) -> list[Path]:
     fig.savefig(ttft_path, dpi=80)
     plt.close(fig)
     return [timeline_path, ttft_path]
+
+
+def write_sweep_plot(rows: list[SweepRow], plot_dir: Path) -> Path:
+    """Goodput and P90 TTFT against the offered rate, one line per policy; the dotted line is
+    the homogeneous deployment's saturation rate when it is in the sweep."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for policy in dict.fromkeys(r.policy for r in rows):
+        mine = sorted((r for r in rows if r.policy == policy), key=lambda r: r.offered_per_s)
+        x = [r.offered_per_s for r in mine]
+        axes[0].plot(x, [r.goodput_per_s or 0 for r in mine], "o-", label=policy, ms=3)
+        axes[1].plot(x, [r.ttft_p90_s or 0 for r in mine], "o-", label=policy, ms=3)
+    sat = saturation(rows).get("homogeneous")
+    for ax in axes:
+        if sat is not None:
+            ax.axvline(sat[0], color="k", ls=":", lw=1, label="homogeneous saturation")
+        ax.set_xlabel("offered rate (req/s)")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("goodput (req/s)")
+    axes[1].set_ylabel("TTFT P90 (s)")
+    axes[1].set_yscale("log")
+    fig.tight_layout()
+    path = plot_dir / "sweep.png"
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prfaas.kvcache.cache import CacheConfig
-from prfaas.kvcache.ids import ClusterId, InstanceId
+from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
 from prfaas.kvcache.index import GlobalKVCacheIndex
-from prfaas.kvcache.values import CacheRequest
+from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.metrics.records import GapRuns, RequestRecord
 from prfaas.scheduler import (
     FlipRole,
@@ -37,7 +37,13 @@ from prfaas.scheduler import (
     make_policy,
 )
 from prfaas.sim.arrivals import SimRequest
-from prfaas.sim.cluster import SimInstance, build_instances, cluster_view, stage_stats
+from prfaas.sim.cluster import (
+    SimInstance,
+    ViewsCache,
+    build_instances,
+    cluster_view,
+    stage_stats,
+)
 from prfaas.sim.config import RunConfig
 from prfaas.sim.core import EventLoop, EventPriority
 from prfaas.sim.instances import DecodeSeq, PrefillJob
@@ -53,11 +59,13 @@ def decode_gaps(first_token_s: float, segments: list[tuple[float, float, int]]) 
     start + step * k (k = 1..count), so it is one gap from the previous token, then count - 1
     gaps of one step."""
     runs: list[tuple[float, int]] = []
+    append = runs.append
     last_s = first_token_s
     for start_s, step_s, count in segments:
-        runs.append((max(0.0, start_s + step_s - last_s), 1))
+        gap = start_s + step_s - last_s
+        append((gap if gap > 0.0 else 0.0, 1))
         if count > 1:
-            runs.append((step_s, count - 1))
+            append((step_s, count - 1))
         last_s = start_s + step_s * count
     return tuple(runs)
 
@@ -105,6 +113,9 @@ class Simulator:
         cache_config = self._cache_config()
         self.hash_scheme = cache_config.hash_scheme if cache_config is not None else None
         self.instances = build_instances(self, config, cache_config)
+        self.views_cache: ViewsCache | None = None
+        for inst in self.instances:
+            inst.on_change = self._views_changed
         self.by_id = {i.instance_id: i for i in self.instances}
         if cache_config is not None:
             self.index = GlobalKVCacheIndex(cache_config.identity)
@@ -117,6 +128,8 @@ class Simulator:
         self.actions: list[tuple[float, RebalanceAction]] = []
         self.sampler = TimelineSampler(self)
         self.hit_tokens = 0
+        self.moved_blocks = 0  # prefix blocks written into target pools by cache moves
+        self._arrival_order: list[int] = []
 
     def _cache_config(self) -> CacheConfig | None:
         sim = self.config.simulation
@@ -133,8 +146,11 @@ class Simulator:
 
     def run(self, progress: Callable[[float], None] | None = None) -> SimResult:
         """Run to the end; `progress` gets the fraction of arrivals passed, 100 times."""
-        for request in self.requests:
-            self.loop.schedule(request.arrival_s, EventPriority.ARRIVAL, self._arrive, request)
+        # Arrivals are chained (each schedules the next) so the heap holds one, not all of them:
+        # the same order as scheduling all upfront (ties stay in list order), a smaller heap.
+        requests = self.requests
+        self._arrival_order = sorted(range(len(requests)), key=lambda k: requests[k].arrival_s)
+        self._schedule_arrival(0)
         for at_s, gbps in self.config.capacity_steps_gbps:
             self.loop.schedule(at_s, EventPriority.CAPACITY, self._set_capacity, gbps * GBPS)
         sim = self.config.simulation
@@ -159,6 +175,17 @@ class Simulator:
             input_tokens=sum(r.input_tokens for r in self.requests),
         )
 
+    def _schedule_arrival(self, position: int) -> None:
+        if position < len(self._arrival_order):
+            request = self.requests[self._arrival_order[position]]
+            self.loop.schedule(
+                request.arrival_s, EventPriority.ARRIVAL, self._arrive_next, position
+            )
+
+    def _arrive_next(self, position: int) -> None:
+        self._schedule_arrival(position + 1)
+        self._arrive(self.requests[self._arrival_order[position]])
+
     @property
     def is_done(self) -> bool:
         return len(self.records) == len(self.requests)
@@ -168,6 +195,9 @@ class Simulator:
         return LinkView(
             link.capacity_bytes_per_s, link.egress_bytes_per_s, link.bytes_waiting, link.rtt_s
         )
+
+    def _views_changed(self) -> None:
+        self.views_cache = None
 
     def _set_capacity(self, bytes_per_s: float) -> None:
         self.link.set_capacity(bytes_per_s)
@@ -237,11 +267,43 @@ class Simulator:
             return
         toward_pd = move.target_cluster_id == ClusterId("pd")
         link = self.link if toward_pd else self.reverse_link
-        num_bytes = self.pd_profile.cache_bytes(move.tokens)
+        # Only the increment the target instance lacks crosses, with the state at its end:
+        # S_kv(moved - held) (the receiver keeps the blocks it has, as begin_transfer's
+        # first_block does on the live path).
+        held = min(route.hit_on(decision.prefill_instance_id), move.tokens)
+        num_bytes = self.pd_profile.cache_bytes(move.tokens - held)
         link.send(num_bytes, float("inf"), self._moved, job)
 
     def _moved(self, job: PrefillJob) -> None:
-        self.by_id[job.decision.prefill_instance_id].prefill.enqueue(job)
+        inst = self.by_id[job.decision.prefill_instance_id]
+        move = job.decision.cache_move
+        if move is not None:
+            self._insert_moved(inst, job, move.tokens)
+        inst.prefill.enqueue(job)
+
+    def _insert_moved(self, inst: SimInstance, job: PrefillJob, tokens: int) -> None:
+        """Write the moved prefix into the target instance's pool as the receiver of a real
+        transfer would: its blocks and the state snapshot at its end are cached (and published
+        to the index) from delivery on, so later requests hit there too. A full pool (nothing
+        evictable) leaves the pool as it was; the job still restores the moved KV it carries."""
+        pool, cache_request = inst.prefill.pool, job.cache_request
+        if pool is None or cache_request is None:
+            return
+        block = self.config.block_tokens
+        num_blocks = min(-(-tokens // block), len(cache_request.block_hashes))
+        if num_blocks <= 0:
+            return
+        moved = CacheRequest(
+            RequestId(f"{cache_request.request_id}/moved"),
+            cache_request.block_hashes[:num_blocks],
+            min(num_blocks * block, cache_request.num_tokens),
+        )
+        if isinstance(pool.allocate(moved), OutOfPages):
+            return
+        pool.commit(moved.request_id)
+        pool.release(moved.request_id)
+        self.moved_blocks += num_blocks
+        self._publish(inst)
 
     def prefill_started(self, job: PrefillJob, estimate_s: float) -> None:
         if job.decision.path is ServePath.PRFAAS:
