@@ -7,13 +7,15 @@ context, outputs capped to keep the run short), then for each layout of the scal
     prfaas simulate -s <scenario.yaml> --trace arrivals.jsonl --policy P --json
         (the same instance counts, chips and t; the link at its unscaled 100 Gbps, because the
          simulator runs in modelled time on real bytes: 0.1953 Gbps x time_factor / byte_factor)
-    prfaas up configs/case-study-<layout>.yaml          (a subprocess; SIGINT at the end)
+    prfaas up configs/case-study-<layout>.yaml   (in this process, as `prfaas up` runs it:
+                                                 `serve.launcher.Launcher`, router on a free port)
     prfaas bench --trace arrivals.jsonl --time-scale <time_factor> --json
         (every modelled second lasts time_factor seconds live)
 
 and compares live with the simulation mapped to wall time (TTFT x time_factor, throughput /
-time_factor). Prints JSON (numbers, relative differences, resolved config, git SHA, host) and
-writes it to --save. Usage:
+time_factor); both report `prfaas.metrics`' duration (first arrival -> last token), so their
+throughputs are per the same second. Prints JSON (numbers, relative differences, resolved
+config, git SHA, host) and writes it to --save. Usage:
 
     .venv/bin/python benchmarks/sim_vs_live.py --save /tmp/sim_vs_live.json
 """
@@ -26,14 +28,13 @@ import math
 import os
 import platform
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from prfaas.serve.config import load_deployment
+from prfaas.serve.launcher import Launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 PRFAAS = str(ROOT / ".venv" / "bin" / "prfaas")
@@ -123,41 +124,21 @@ def simulate(work: Path, layout: str, arrivals: Path) -> dict[str, Any]:
     return result
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prfaas up exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError("the deployment did not come up")
-
-
 def live(work: Path, layout: str, arrivals: Path, n: int) -> dict[str, Any]:
+    """The layout's deployment up (router on a free port), `prfaas bench` on the arrivals."""
+    deployment = load_deployment(ROOT / LAYOUTS[layout][0])
+    router = deployment.router.model_copy(update={"port": 0})
+    deployment = deployment.model_copy(update={"router": router})
     env = {**os.environ, "PRFAAS_TRANSFER_SECRET": "sim-vs-live-secret-0123456789"}
-    log = (work / f"up-{layout}.log").open("wb")
-    up = subprocess.Popen(
-        [PRFAAS, "up", str(ROOT / LAYOUTS[layout][0])], stdout=log, stderr=log, env=env
-    )
+    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", env["PRFAAS_TRANSFER_SECRET"])
     save = work / f"live-{layout}-{arrivals.stem}.json"
-    try:
-        _wait_ready("http://127.0.0.1:8000", up)
-        bench = [PRFAAS, "bench", "--endpoint", "http://127.0.0.1:8000", "--trace", str(arrivals)]
+    with Launcher(deployment) as launcher:
+        launcher.wait_healthy(300)
+        bench = [PRFAAS, "bench", "--endpoint", launcher.url, "--trace", str(arrivals)]
         bench += ["--time-scale", str(TIME_FACTOR), "--num-requests", str(n)]
         bench += ["--model", "prfaas-1t", "--json", "--save", str(save)]
+        bench += ["--records", str(save.with_suffix(".records.jsonl"))]
         subprocess.run(bench, capture_output=True, check=False, env=env)
-    finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
-        log.close()
     result: dict[str, Any] = json.loads(save.read_text())
     return result
 
@@ -185,7 +166,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layouts", default="prfaas-pd,homogeneous,naive")
     ap.add_argument("--workloads", default="trace,lognormal")
-    ap.add_argument("--num-requests", type=int, default=40)
+    ap.add_argument("--num-requests", type=int, default=80)
     ap.add_argument("--trace-offset", type=int, default=2000)
     ap.add_argument("--trace-time-scale", type=float, default=1.0, help="modelled gaps x this")
     ap.add_argument("--lognormal-rate", type=float, default=1.8, help="modelled req/s")
@@ -221,6 +202,7 @@ def main() -> None:
     )
     result = {
         "benchmark": "sim_vs_live",
+        "loadavg": os.getloadavg(),
         "config": {**vars(args), "time_factor": TIME_FACTOR, "max_context": MAX_CONTEXT_TOKENS},
         "git_sha": sha.stdout.strip(),
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},

@@ -1,7 +1,8 @@
 """A minimal third-party-style OpenAI endpoint for the bench tests: plain asyncio, loopback.
 
 It speaks just enough HTTP/1.1 (one request per connection, close-delimited bodies) to serve
-`GET /v1/models` and streamed `POST /v1/completions` the way vLLM-like servers do: one SSE
+`GET /v1/models` and streamed `POST /v1/completions` and `/v1/chat/completions` (text in
+`choices[0].delta.content`) the way vLLM-like servers do: one SSE
 event per chunk of `tokens_per_event` tokens, a usage event, `[DONE]`. Knobs make some
 requests fail in each way the client must count. Runs in its own thread and event loop.
 """
@@ -59,7 +60,17 @@ class FakeServer:
 
     def __exit__(self, *exc: object) -> None:
         assert self._loop is not None and self._thread is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        loop = self._loop
+
+        async def shutdown() -> None:
+            """Cancel the handlers still streaming (a client cut them off), then stop."""
+            handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+            loop.stop()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop)
         self._thread.join(5)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -84,6 +95,7 @@ class FakeServer:
         if opts.not_found or (method, path) not in {
             ("GET", "/v1/models"),
             ("POST", "/v1/completions"),
+            ("POST", "/v1/chat/completions"),
         }:
             return _json(writer, 404, {"error": {"message": "no such route", "code": "nope"}})
         if path == "/v1/models":
@@ -96,18 +108,22 @@ class FakeServer:
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
         )
+        is_chat = path == "/v1/chat/completions"
         sent = 0
         while sent < body["max_tokens"]:
             chunk = min(opts.tokens_per_event, body["max_tokens"] - sent)
             sent += chunk
-            _event(writer, {"choices": [{"index": 0, "text": "ab"[:1] * chunk}]})
+            text = "a" * chunk
+            part = {"delta": {"content": text}} if is_chat else {"text": text}
+            _event(writer, {"choices": [{"index": 0, **part}]})
             await writer.drain()
             await asyncio.sleep(opts.token_delay_s)
             if opts.error_event_every and index % opts.error_event_every == 0:
                 _event(writer, {"error": {"message": "engine died", "code": "engine_failed"}})
                 break
         else:
-            prompt_tokens = len(body["prompt"])
+            prompt = body["messages"][0]["content"] if is_chat else body["prompt"]
+            prompt_tokens = len(prompt)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
             _event(writer, {"choices": [], "usage": usage})
         writer.write(b"data: [DONE]\n\n")

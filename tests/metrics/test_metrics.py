@@ -100,3 +100,24 @@ def test_weighted_distribution_equals_the_expanded_one(runs: list[tuple[float, i
     assert d.mean == pytest.approx(float(expanded.mean()))
     for ours, q in ((d.median, 50), (d.p90, 90), (d.p99, 99)):
         assert ours == float(np.percentile(expanded, q, method="inverted_cdf"))
+
+
+def test_steady_throughput_skips_warm_up_and_drain() -> None:
+    from prfaas.metrics import steady_throughput
+
+    # 20 requests offered; completions at t = 1, 2, ..., 12, then a drain after the last
+    # arrival at t = 10.5 (t = 11, 12 are outside the window).
+    done = [record(f"r{i}", 0.0, (float(i),)) for i in range(1, 13)]
+    failed = [RequestRecord(f"f{i}", 10.5, 10, error="cut off") for i in range(8)]
+    steady = steady_throughput([*done, *failed], end_s=10.5, warmup_fraction=0.1)
+    assert steady is not None
+    # warm-up = ceil(0.1 x 20) = 2 completions: the window opens at t = 2
+    assert (steady.start_s, steady.end_s, steady.num_completed) == (2.0, 10.5, 8)
+    assert steady.request_throughput_per_s == pytest.approx(8 / 8.5)
+
+
+def test_steady_throughput_needs_completions_inside_the_window() -> None:
+    from prfaas.metrics import steady_throughput
+
+    assert steady_throughput([record("a", 0.0, (5.0,))], end_s=4.0) is None
+    assert steady_throughput([], end_s=1.0) is None

@@ -20,11 +20,13 @@ from prfaas.bench.arrivals import (
     synthetic_arrivals,
     trace_arrivals,
 )
+from prfaas.bench.client import Api
 from prfaas.bench.errors import BenchError, EndpointError, TraceLineError, WorkloadSpecError
 from prfaas.bench.prompts import PromptSynthesizer, TokenUnit
 from prfaas.bench.runner import BenchConfig, BenchResult, run_bench
 
 __all__ = [
+    "Api",
     "Arrival",
     "BenchConfig",
     "BenchError",

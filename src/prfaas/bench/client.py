@@ -1,4 +1,5 @@
-"""One streamed completion, measured: SSE `/v1/completions` in, a `RequestRecord` out.
+"""One streamed completion, measured: SSE `/v1/completions` (or `/v1/chat/completions`,
+`Api.CHAT`) in, a `RequestRecord` out.
 
 The request asks for `stream: true` and `stream_options.include_usage`, so the server sends
 one event per decoded chunk and a final usage event. The client stamps every event that
@@ -17,6 +18,7 @@ reason (`http 503 (code)`, `stream error (code)`, `timeout`, `connection lost`, 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +34,28 @@ CANNOT_CONNECT = "cannot connect"
 ERROR_BODY_BYTES = 65536
 
 Clock = Callable[[], float]
+
+
+class Api(enum.Enum):
+    """Which OpenAI endpoint the requests go to (`--api`)."""
+
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self is Api.CHAT else "/v1/completions"
+
+    def body(self, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+        """A streamed request for `prompt` (chat: one user message) of `max_tokens` tokens."""
+        body: dict[str, Any] = {"model": model}
+        if self is Api.CHAT:
+            body["messages"] = [{"role": "user", "content": prompt}]
+            body["max_completion_tokens"] = max_tokens
+        else:
+            body["prompt"] = prompt
+        body["max_tokens"] = max_tokens
+        return body
 
 
 @dataclass(slots=True)
@@ -130,6 +154,7 @@ async def stream_completion(
     *,
     clock: Clock,
     timeout_s: float,
+    api: Api = Api.COMPLETIONS,
 ) -> RequestRecord:
     """Send one streamed completion and measure it; never raises for a failed request."""
     stream = _Stream()
@@ -138,7 +163,7 @@ async def stream_completion(
     try:
         async with (
             asyncio.timeout(timeout_s),
-            client.stream("POST", "/v1/completions", json=body) as response,
+            client.stream("POST", api.path, json=body) as response,
         ):
             failure = await _read_stream(response, stream, clock)
     except httpx.ConnectError:

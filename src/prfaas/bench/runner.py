@@ -13,12 +13,20 @@ nothing raises out of `run_bench` for a failing server.
 
 The arrival time of a request is when it is sent: after its scheduled time and after the
 concurrency gate, as vLLM `bench serve` measures it. Time is `time.perf_counter` since start.
+The report's duration is `prfaas.metrics`' (first arrival -> last token, as the simulator
+counts it); the run's wall time is reported beside it (`wall_s`).
+
+`duration_s` (`--duration`) ends a run on time: no request is sent after it, and requests
+still in flight then are cut off (failed, reason `CUT_OFF`), so a deployment driven above
+saturation can be measured without waiting for its queues to drain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -28,11 +36,13 @@ from typing import Any
 import httpx
 
 from prfaas.bench.arrivals import Arrival
-from prfaas.bench.client import CANNOT_CONNECT, stream_completion
+from prfaas.bench.client import CANNOT_CONNECT, Api, stream_completion
 from prfaas.bench.errors import EndpointError, TraceLineError
 from prfaas.bench.prompts import PromptSynthesizer, TokenUnit
 from prfaas.metrics import MetricsSummary, RequestRecord, Slo, summarize
 
+#: Reason of a request still in flight when `duration_s` ended the run.
+CUT_OFF = "cut off (--duration)"
 #: Failures with no success before them that stop a run (the endpoint is wrong).
 GIVE_UP_AFTER_FAILURES = 10
 DEFAULT_MAX_CONCURRENCY = 256
@@ -49,6 +59,8 @@ class BenchConfig:
     timeout_s: float = 600.0
     token_unit: TokenUnit = TokenUnit.BYTE
     seed: int = 0
+    duration_s: float | None = None
+    api: Api = Api.COMPLETIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,18 +74,39 @@ class BenchResult:
     stopped: str | None
 
     def summary(self, slo: Slo | None) -> MetricsSummary:
-        return summarize(self.records, slo, self.duration_s)
+        """The metrics over first arrival -> last token (`prfaas.metrics`' duration)."""
+        return summarize(self.records, slo)
 
     def to_json(self, slo: Slo | None, source: str) -> dict[str, Any]:
-        """`prfaas.bench/1`, wrapping the same `prfaas.metrics/1` object the simulator writes."""
+        """`prfaas.bench/1`, wrapping the same `prfaas.metrics/1` object the simulator writes;
+        `wall_s` is the run's wall time (model look-up to the last request's end)."""
         return {
             "schema": "prfaas.bench/1",
             "endpoint": self.endpoint,
             "model": self.model,
             "source": source,
             "stopped": self.stopped,
+            "wall_s": self.duration_s,
             "metrics": self.summary(slo).to_json(),
         }
+
+    def records_jsonl(self) -> str:
+        """One JSON line per request (send order), the timeline the summary is built from."""
+        lines = []
+        for r in sorted(self.records, key=lambda r: r.arrival_s):
+            row = {
+                "request_id": r.request_id,
+                "arrival_s": r.arrival_s,
+                "first_token_s": r.first_token_s,
+                "last_token_s": r.last_token_s,
+                "input_tokens": r.input_tokens,
+                "output_tokens": r.output_tokens,
+                "cached_tokens": r.cached_tokens,
+                "path": r.path,
+                "error": r.error,
+            }
+            lines.append(json.dumps(row) + "\n")
+        return "".join(lines)
 
 
 def base_url(endpoint: str) -> str:
@@ -136,8 +169,11 @@ class _Run:
         self.stop.set()
 
     async def replay(self, arrivals: Iterable[Arrival]) -> None:
+        end_s = self.config.duration_s
         try:
             for arrival in arrivals:
+                if end_s is not None and arrival.at_s >= end_s:
+                    break
                 delay = arrival.at_s - self.clock()
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
@@ -155,13 +191,15 @@ class _Run:
             await asyncio.gather(*self.tasks)
 
     async def send(self, arrival: Arrival) -> None:
+        timeout_s, cut_off = self.config.timeout_s, False
+        if self.config.duration_s is not None:
+            left_s = self.config.duration_s - self.clock()
+            cut_off = left_s < timeout_s
+            timeout_s = max(0.0, min(timeout_s, left_s))
         try:
+            prompt = self.prompts.prompt(arrival.input_tokens, arrival.hash_ids, arrival.request_id)
             body = {
-                "model": self.model,
-                "prompt": self.prompts.prompt(
-                    arrival.input_tokens, arrival.hash_ids, arrival.request_id
-                ),
-                "max_tokens": arrival.output_tokens,
+                **self.config.api.body(self.model, prompt, arrival.output_tokens),
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "ignore_eos": True,
@@ -173,10 +211,13 @@ class _Run:
                 arrival.request_id,
                 arrival.input_tokens,
                 clock=self.clock,
-                timeout_s=self.config.timeout_s,
+                timeout_s=timeout_s,
+                api=self.config.api,
             )
         finally:
             self.gate.release()
+        if cut_off and record.error == "timeout":
+            record = dataclasses.replace(record, error=CUT_OFF)
         self.records.append(record)
         self.on_record(record)
         self.check(record)
@@ -203,6 +244,8 @@ async def run_bench(
     root = base_url(config.endpoint)
     if config.max_concurrency < 1:
         raise EndpointError("--max-concurrency must be at least 1")
+    if config.duration_s is not None and config.duration_s <= 0:
+        raise EndpointError("--duration must be positive")
     limits = httpx.Limits(
         max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
     )

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from prfaas.bench import (
+    Api,
     Arrival,
     BenchConfig,
     BenchError,
@@ -96,7 +97,8 @@ def _render(summary: MetricsSummary, result: BenchResult, source: str) -> None:
     s = summary
     table.add_row("workload", source)
     table.add_row("requests completed / failed", f"{s.num_completed} / {s.num_failed}")
-    table.add_row("duration (s)", f"{s.duration_s:.2f}")
+    table.add_row("duration, first arrival -> last token (s)", f"{s.duration_s:.2f}")
+    table.add_row("wall time (s)", f"{result.duration_s:.2f}")
     table.add_row("request throughput (req/s)", f"{s.request_throughput_per_s:.2f}")
     table.add_row(
         "input / output tokens per s",
@@ -168,13 +170,23 @@ def command(
     model: Annotated[
         str | None, typer.Option("--model", help="Model id (default: first in /v1/models).")
     ] = None,
+    api: Annotated[
+        Api, typer.Option("--api", help="completions (/v1/completions) or chat.")
+    ] = Api.COMPLETIONS,
     token_unit: Annotated[
         TokenUnit, typer.Option("--token-unit", help="byte (tiny presets) or word (BPE).")
     ] = TokenUnit.BYTE,
     seed: Annotated[int, typer.Option("--seed", help="Lengths, gaps and prompt text.")] = 0,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Per-request limit (s).")] = 600.0,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", help="End the run after S s; requests in flight are cut off."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")] = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON here.")] = None,
+    records: Annotated[
+        Path | None, typer.Option("--records", help="Write one JSON line per request here.")
+    ] = None,
 ) -> None:
     """Replay a Mooncake trace or synthetic load against an OpenAI-compatible endpoint and
     report TTFT, TPOT, ITL, E2E, throughput and goodput (docs/bench.md)."""
@@ -189,7 +201,16 @@ def command(
             num_requests=num_requests,
             seed=seed,
         )
-        config = BenchConfig(endpoint, model, max_concurrency, timeout_s, token_unit, seed)
+        config = BenchConfig(
+            endpoint,
+            model,
+            max_concurrency,
+            timeout_s,
+            token_unit,
+            seed,
+            duration_s=duration,
+            api=api,
+        )
         result = _run(config, arrivals, total, quiet=as_json)
     except BenchError as err:
         print(f"prfaas: error: {err}", file=sys.stderr)
@@ -201,6 +222,8 @@ def command(
         _render(result.summary(slo), result, source)
     if save is not None:
         save.write_text(json.dumps(report, indent=2) + "\n")
+    if records is not None:
+        records.write_text(result.records_jsonl())
     if result.stopped is not None:
         print(f"prfaas: error: {result.stopped} (partial report above)", file=sys.stderr)
         raise typer.Exit(1)

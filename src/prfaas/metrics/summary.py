@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from prfaas.metrics.records import RequestRecord
+from prfaas.metrics.schema import SCHEMA_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +86,14 @@ class MetricsSummary:
     paths: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": "prfaas.metrics/1", **asdict(self)}
+        return {"schema": SCHEMA_ID, **asdict(self)}
 
 
 def summarize(
     records: Iterable[RequestRecord], slo: Slo | None = None, duration_s: float | None = None
 ) -> MetricsSummary:
-    """Summarise records. The duration defaults to first arrival -> last token seen."""
+    """Summarise records. The duration defaults to first arrival -> last token seen, the one
+    definition both `prfaas simulate` and `prfaas bench` report (rates are per that second)."""
     records = list(records)
     done = [r for r in records if r.is_completed]
     failed = [r for r in records if not r.is_completed]
@@ -118,3 +121,39 @@ def summarize(
         e2e_s=Distribution.of([r.e2e_s for r in done if r.e2e_s is not None]),
         paths=dict(Counter(r.path for r in done if r.path is not None)),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyThroughput:
+    """Completions per second over a steady window `[start_s, end_s]` (same clock as the
+    records); `num_completed` is how many requests finished inside it."""
+
+    start_s: float
+    end_s: float
+    num_completed: int
+    request_throughput_per_s: float
+
+
+def steady_throughput(
+    records: Iterable[RequestRecord], end_s: float, warmup_fraction: float = 0.1
+) -> SteadyThroughput | None:
+    """Throughput at saturation: completions per second between the end of the warm-up and
+    `end_s`, the time the offered load stops (the last arrival).
+
+    The window opens at the last token of the ceil(warmup_fraction x N)-th completion (N =
+    requests offered), so the pipeline has filled; it closes at `end_s`, so the drain after
+    the last arrival (queues emptying, stages going idle one by one) is left out. While the
+    offered load exceeds capacity the queues never empty inside the window, so the rate is
+    the deployment's capacity. None when the window is empty (too few completions before
+    `end_s`: the load was not above capacity for long enough).
+    """
+    records = list(records)
+    ends = sorted(r.last_token_s for r in records if r.is_completed and r.last_token_s is not None)
+    skip = max(1, math.ceil(warmup_fraction * len(records)))
+    if len(ends) < skip:
+        return None
+    start_s = ends[skip - 1]
+    inside = sum(1 for t in ends if start_s < t <= end_s)
+    if end_s <= start_s or inside == 0:
+        return None
+    return SteadyThroughput(start_s, end_s, inside, inside / (end_s - start_s))

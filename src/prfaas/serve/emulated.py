@@ -18,6 +18,12 @@ Worked bytes (prfaas-1t, h200 x8, 27K-token prompt, byte_factor 1/256): the prof
 and outputs drawn from lowercase letters and spaces by a hash of the prompt, so the same
 prompt always gives the same text. Runs on the instance's event loop (asyncio sleeps, no
 thread, no torch import); `start()` once the loop runs, `stop()` at shutdown.
+
+Sleeps aim at absolute deadlines on the loop's clock (`_sleep_until`), so the event loop's
+wake-up lateness does not add up: a prefill's 60 layer steps end at start + prefill time
+however late each wake-up was (relative sleeps overslept ~1 ms a step on an idle 2-core
+host, 0.06-0.1 s a prefill, more under load: docs/validation.md), and consecutive decode
+steps follow a step clock instead of drifting by each step's bookkeeping.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ BOS_ID = 257
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
 MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
+
+
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
+    """Sleep until the loop's clock reads `deadline_s` (at once if it already has)."""
+    await asyncio.sleep(max(0.0, deadline_s - loop.time()))
 
 
 def layer_bytes(model: ModelSpec, num_tokens: int, total_bytes: int) -> list[tuple[int, int]]:
@@ -137,6 +148,7 @@ class EmulatedBackend:
         self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
         self._next_seq = 0
         self._is_prefilling = False
+        self._step_due_s: float | None = None  # when the decode step in progress ends
 
     # --- lifecycle and the small things --------------------------------------------------
 
@@ -209,8 +221,10 @@ class EmulatedBackend:
         try:
             sizes = layer_bytes(self.model, n, self.scaled_kv_bytes(n))
             step_s = self.profile.prefill_s(n - hit) * self.emulation.time_factor / len(sizes)
+            loop = asyncio.get_running_loop()
+            started_s = loop.time()
             for layer, (group, nbytes) in enumerate(sizes):
-                await asyncio.sleep(step_s)
+                await _sleep_until(loop, started_s + (layer + 1) * step_s)
                 job.out.put_nowait(KvSlice(layer, group, 0, n, "uint8", (nbytes,), bytes(nbytes)))
             self.pool.commit(rid)
         finally:
@@ -243,6 +257,7 @@ class EmulatedBackend:
         assert self._wake is not None
         while True:
             if not self._decodes:
+                self._step_due_s = None  # the step clock restarts with the next request
                 self._wake.clear()
                 await self._wake.wait()
             try:
@@ -257,11 +272,19 @@ class EmulatedBackend:
         self._publish()
         running = [job for job in self._decodes.values() if job.is_admitted]
         if not running:
+            self._step_due_s = None
             await asyncio.sleep(IDLE_WAIT_S)  # waiting for pages nobody frees yet
             return
         context = sum(len(j.body.token_ids) + len(j.generated) for j in running)
         step_s = self.profile.decode_step_s(len(running), context // len(running))
-        await asyncio.sleep(step_s * self.emulation.time_factor)
+        step_s *= self.emulation.time_factor
+        loop = asyncio.get_running_loop()
+        # Back to back steps follow the step clock; after an idle gap (or when more than a
+        # step behind) the clock restarts now, so a late loop never emits a burst of tokens.
+        now_s, due_s = loop.time(), self._step_due_s
+        start_s = due_s if due_s is not None and now_s - due_s < step_s else now_s
+        self._step_due_s = start_s + step_s
+        await _sleep_until(loop, self._step_due_s)
         for job in running:
             if job.body.request_id in self._decodes:
                 self._emit(job, output_token(job.body.token_ids, len(job.generated)))

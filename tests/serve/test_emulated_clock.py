@@ -1,0 +1,58 @@
+"""The emulated backend sleeps to absolute deadlines: a prefill's layer steps are start + k x
+step, so event-loop lateness never adds up (docs/validation.md). The deadlines it asks for
+are recorded instead of slept; no assertion reads a clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from serve_helpers import emulated_instance
+
+from prfaas.serve import emulated
+from prfaas.serve import protocol as p
+from prfaas.serve.backend import KvSlice, PrefillDone
+from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole
+
+
+def _backend() -> emulated.EmulatedBackend:
+    spec = emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200")
+    decode = emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20")
+    deployment = Deployment(
+        model="prfaas-1t",
+        emulation=EmulationSpec(time_factor=0.5, byte_factor=1 / 4096),
+        instances=(spec, decode),
+    )
+    return emulated.EmulatedBackend(deployment, spec)
+
+
+def test_prefill_layer_steps_are_absolute_deadlines(monkeypatch: pytest.MonkeyPatch) -> None:
+    deadlines: list[float] = []
+
+    async def record(loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
+        deadlines.append(deadline_s)
+        await asyncio.sleep(0.002)  # a late wake-up each step: must not shift the next deadline
+
+    monkeypatch.setattr(emulated, "_sleep_until", record)
+    backend = _backend()
+    tokens = [emulated.BOS_ID, *b"x" * 3000]
+    sampling = p.Sampling(max_tokens=4, temperature=0, top_p=1, top_k=0, seed=0)
+
+    async def run() -> list[object]:
+        backend.start()
+        try:
+            out = backend.export(asyncio.get_running_loop(), "r0", tokens, sampling)
+            items: list[object] = []
+            while not items or not isinstance(items[-1], PrefillDone):
+                items.append(await out.get())
+            return items
+        finally:
+            backend.stop()
+
+    items = asyncio.run(run())
+    slices = [i for i in items if isinstance(i, KvSlice)]
+    num_layers = sum(group.num_layers for group in backend.model.mixers)
+    assert len(deadlines) == len(slices) == num_layers
+    step_s = backend.profile.prefill_s(len(tokens)) * 0.5 / len(slices)
+    start_s = deadlines[0] - step_s
+    assert deadlines == pytest.approx([start_s + (k + 1) * step_s for k in range(len(slices))])
