@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 from transfer_helpers import make_transport, run
 
-from prfaas.transfer import Connection, PeerAddress
-from prfaas.transfer.transport import Listener
+from prfaas.transfer import Connection, PeerAddress, TcpTransport
+from prfaas.transfer.transport import NOTSENT_LOWAT_BYTES, Listener, Transport
 
 KINDS = ["memory", "tcp"]
 
 
-async def _connected(kind: str) -> tuple[Connection, Connection, Listener, asyncio.Event]:
-    transport = make_transport(kind)
+async def _connected(
+    kind: str, transport: Transport | None = None
+) -> tuple[Connection, Connection, Listener, asyncio.Event]:
+    transport = make_transport(kind) if transport is None else transport
     accepted: asyncio.Queue[Connection] = asyncio.Queue()
     done = asyncio.Event()
 
@@ -108,5 +111,53 @@ def test_tcp_connections_report_kernel_telemetry_and_memory_ones_do_not() -> Non
             client.close()
             done.set()
             await listener.close()
+
+    run(scenario())
+
+
+def _notsent_lowat(conn: Connection) -> int:
+    sock = conn._sock  # type: ignore[attr-defined]
+    return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT))
+
+
+def test_tcp_sockets_bound_their_unsent_backlog_unless_told_not_to() -> None:
+    """Frames wait in the link's shared queue, not in one socket's private backlog."""
+
+    async def scenario() -> None:
+        for lowat, expected in ((None, NOTSENT_LOWAT_BYTES), (65_536, 65_536)):
+            transport = TcpTransport() if lowat is None else TcpTransport(notsent_lowat_bytes=lowat)
+            client, server, listener, done = await _connected("tcp", transport)
+            assert _notsent_lowat(client) == _notsent_lowat(server) == expected
+            client.close()
+            done.set()
+            await listener.close()
+        client, server, listener, done = await _connected(
+            "tcp", TcpTransport(notsent_lowat_bytes=None)
+        )
+        assert _notsent_lowat(client) == 0  # not set: the sysctl tcp_notsent_lowat applies
+        client.close()
+        done.set()
+        await listener.close()
+
+    run(scenario())
+
+
+def test_large_writes_through_a_small_unsent_bound_arrive_intact() -> None:
+    """A write many times the bound blocks and resumes inside `sendmsg`; nothing is lost."""
+
+    async def scenario() -> None:
+        transport = TcpTransport(notsent_lowat_bytes=16_384)
+        client, server, listener, done = await _connected("tcp", transport)
+        data = bytes(range(251)) * 40_000  # ~10 MB, a prime period
+        writer = asyncio.ensure_future(client.write([b"head", data]))
+        out = bytearray(4 + len(data))
+        view = memoryview(out)
+        for start in range(0, len(out), 1_000_003):
+            await server.read_into(view[start : start + 1_000_003])
+        await writer
+        assert bytes(out) == b"head" + data
+        client.close()
+        done.set()
+        await listener.close()
 
     run(scenario())

@@ -66,6 +66,8 @@ class EmulatedLink:
     receiver_netns: str
     sender_ip: str
     receiver_ip: str
+    # The sender's data device (its egress tbf counts every byte the link carries forward).
+    sender_device: str
 
     def sender_sockets(self) -> SocketFactory:
         return lambda: socket_in_netns(self.sender_netns)
@@ -235,7 +237,9 @@ def emulated_link(spec: LinkSpec) -> Iterator[EmulatedLink]:
         raise LinkEmulationError(reason)
     prefix = f"pf{secrets.token_hex(3)}"
     subnet = f"10.213.{secrets.randbelow(250) + 1}"
-    link = EmulatedLink(spec, f"{prefix}s", f"{prefix}r", f"{subnet}.1", f"{subnet}.2")
+    link = EmulatedLink(
+        spec, f"{prefix}s", f"{prefix}r", f"{subnet}.1", f"{subnet}.2", f"{prefix}a"
+    )
     with ExitStack() as stack:
         for netns in (link.sender_netns, link.receiver_netns):
             _ip("ip", "netns", "add", netns)

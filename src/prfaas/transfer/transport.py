@@ -39,6 +39,12 @@ WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 DIRECT_READ_BYTES = 64 * 1024
 MAX_QUEUED_WRITES = 1
 ABORT_READ_WAIT_S = 1.0
+# TCP_NOTSENT_LOWAT: a connection's socket holds at most this much not-yet-sent data beyond
+# its congestion window; a write blocks until it has drained below it. Frames then wait in
+# the link's shared queue, not in one connection's socket buffer, so connections take frames
+# at the pace each really sends: none is left with a long private backlog to drain alone,
+# more slowly, at the end of a transfer (measured on a 5 Gbit/s 20 ms link, 4 connections).
+NOTSENT_LOWAT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -304,10 +310,17 @@ class _SocketStream:
     Page safety: `abort()` returns only once no `recv` can still be writing into a caller's
     buffer, so a receiver may free (and reuse) the destination pages right after it."""
 
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        notsent_lowat_bytes: int | None = NOTSENT_LOWAT_BYTES,
+    ) -> None:
         sock.setblocking(True)
         # Small frames (ACKs, END) must not wait for Nagle's algorithm.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if notsent_lowat_bytes is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, notsent_lowat_bytes)
         peer = sock.getpeername()
         self.peer_name = f"{peer[0]}:{peer[1]}"
         self._sock = sock
@@ -435,9 +448,12 @@ class _SocketStream:
 
 
 class _SocketListener:
-    def __init__(self, sock: socket.socket, handler: ConnectionHandler) -> None:
+    def __init__(
+        self, sock: socket.socket, handler: ConnectionHandler, notsent_lowat_bytes: int | None
+    ) -> None:
         self._sock = sock
         self._handler = handler
+        self._notsent_lowat_bytes = notsent_lowat_bytes
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
         host, port = sock.getsockname()[:2]
@@ -455,7 +471,7 @@ class _SocketListener:
             except ConnectionError:
                 continue  # the peer gave up before we got to it
             try:
-                stream = _SocketStream(conn, self._loop)
+                stream = _SocketStream(conn, self._loop, self._notsent_lowat_bytes)
             except OSError:  # reset between accept and setup (no peer name any more)
                 conn.close()
                 continue
@@ -497,20 +513,26 @@ class _TcpListener:
 
 class TcpTransport:
     """TCP, optionally TLS. `socket_factory` creates the sockets (for instance inside a network
-    namespace, see `linkemu`); by default they are plain sockets of the address's family."""
+    namespace, see `linkemu`); by default they are plain sockets of the address's family.
+    `notsent_lowat_bytes` bounds each plain-TCP socket's unsent backlog (None: the kernel's
+    default, no bound; see NOTSENT_LOWAT_BYTES)."""
 
     def __init__(
-        self, tls: TlsConfig | None = None, socket_factory: SocketFactory | None = None
+        self,
+        tls: TlsConfig | None = None,
+        socket_factory: SocketFactory | None = None,
+        notsent_lowat_bytes: int | None = NOTSENT_LOWAT_BYTES,
     ) -> None:
         self._tls = tls
         self._socket_factory = socket_factory
+        self._notsent_lowat_bytes = notsent_lowat_bytes
 
     async def connect(self, address: PeerAddress) -> Connection:
         loop = asyncio.get_running_loop()
         sock = await self._connected_socket(address)
         if self._tls is None:
             try:
-                return _SocketStream(sock, loop)
+                return _SocketStream(sock, loop, self._notsent_lowat_bytes)
             except OSError:
                 sock.close()
                 raise
@@ -525,7 +547,7 @@ class TcpTransport:
     async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
         sock = self._listening_socket(address)
         if self._tls is None:
-            return _SocketListener(sock, handler)
+            return _SocketListener(sock, handler, self._notsent_lowat_bytes)
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task[None]] = set()
 
