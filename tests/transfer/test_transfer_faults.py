@@ -206,6 +206,8 @@ def test_pages_still_being_written_are_freed_only_when_their_read_ends(kind: str
             transfer = await pair.sender.start_transfer(pair.address, RequestId("torn"))
             await _send_layers(transfer, 1)
             await faulty.stalled.wait()
+            # The receiver has read the frame's header and is reading its payload into pages.
+            await wait_until(lambda: pair.sink.num_free_pages < pair.sink.num_pages)
             await transfer.abort("prefill instance preempted")
             (aborted,) = await collect(pair.receiver, 1)
             assert isinstance(aborted, TransferAborted)

@@ -28,6 +28,7 @@ from prfaas.transfer.errors import (
     AbortReason,
     ConnectionLostError,
     FrameError,
+    HandshakeError,
     TransferAbortedError,
     TransferError,
 )
@@ -91,15 +92,24 @@ class PeerLink:
         return self._loop.time()
 
     async def connect(self, transport: Transport) -> None:
-        """Open and authenticate every connection; any failure closes them all and raises."""
+        """Open and authenticate every connection; any failure closes them all and raises.
+
+        Every handshake runs to its end (each is bounded by its timeout) before any connection
+        is torn down: aborting the siblings of the first refused one would show the receiver
+        bare ends of stream instead of each connection's own REJECT."""
         try:
-            opened = await asyncio.gather(
-                *(self._open(transport, i) for i in range(self._config.num_connections))
+            outcomes = await asyncio.gather(
+                *(self._open(transport, i) for i in range(self._config.num_connections)),
+                return_exceptions=True,
             )
-        except BaseException:
+        except BaseException:  # cancelled while connecting
             self.close()
             raise
-        self._connections = list(opened)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            self.close()
+            raise failures[0]
+        self._connections = [o for o in outcomes if not isinstance(o, BaseException)]
         for conn in self._connections:
             self._tasks.append(self._loop.create_task(self._write_loop(conn)))
             self._tasks.append(self._loop.create_task(self._read_loop(conn)))
@@ -113,14 +123,22 @@ class PeerLink:
         conn = FramedConnection(raw)
         self._connections.append(conn)
         c = self._config
-        await client_handshake(
-            conn,
-            secret=c.secret,
-            identity=self._identity,
-            session_id=self._session_id,
-            connection_index=index,
-            timeout_s=c.handshake_timeout_s,
-        )
+        try:
+            await client_handshake(
+                conn,
+                secret=c.secret,
+                identity=self._identity,
+                session_id=self._session_id,
+                connection_index=index,
+                timeout_s=c.handshake_timeout_s,
+            )
+        except HandshakeError:
+            # Closed in order, not aborted with the rest (`close` -> `_teardown`): the REJECT
+            # telling the receiver why may still be queued behind the socket, and an abort
+            # would drop it, leaving the receiver with a bare end of stream.
+            self._connections.remove(conn)
+            conn.close()
+            raise
         return conn
 
     # -- producer side ------------------------------------------------------------------------
