@@ -87,7 +87,6 @@ class BackendInfo:
     cache: CacheIdentity
     peer: PeerIdentity
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
-    can_move_prefix: bool = False  # it is a `PrefixMover` (cross-cluster prefix moves)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

@@ -71,12 +71,11 @@ class RouterRuntime:
     recent: deque[dict[str, Any]] = field(
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
     )
-    slow: SlowLoop | None = None
+    slow_loop: SlowLoop = field(init=False)
     _scheduler: GlobalScheduler | None = None
 
     def __post_init__(self) -> None:
-        if self.slow is None:
-            self.slow = SlowLoop(self.deployment.rebalance)
+        self.slow_loop = SlowLoop(self.deployment.rebalance)
 
     def now_s(self) -> float:
         return time.monotonic() - self.started_s
@@ -122,11 +121,6 @@ class RouterRuntime:
         infos = [i.info for i in self.registry.instances.values() if i.info is not None]
         able = bool(infos) and all(info.can_move_prefix for info in infos)
         return self.deployment.router.cache_moves and able  # one backend per deployment
-
-    @property
-    def slow_loop(self) -> SlowLoop:
-        assert self.slow is not None
-        return self.slow
 
     @property
     def threshold_tokens(self) -> int:

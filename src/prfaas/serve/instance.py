@@ -169,7 +169,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         max_batch_size=spec.max_batch_size,
         cache=p.CacheIdentityBody.of(facts.cache),
         timing=_timing(facts),
-        can_move_prefix=facts.can_move_prefix and isinstance(backend, PrefixMover),
+        can_move_prefix=isinstance(backend, PrefixMover),
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),
@@ -349,7 +349,7 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
 
 
 def _mover(rt: InstanceRuntime) -> PrefixMover:
-    if not rt.info.can_move_prefix or not isinstance(rt.worker, PrefixMover):
+    if not isinstance(rt.worker, PrefixMover):
         raise BadRequestError(f"instance {rt.spec.name}'s backend cannot move prefixes")
     return rt.worker
 
@@ -518,7 +518,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     @app.post("/cached")
     async def cached(body: p.TokenizeResult) -> p.CachedResult:
         """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not rt.info.can_move_prefix or not isinstance(rt.worker, PrefixMover):
+        if not isinstance(rt.worker, PrefixMover):
             return p.CachedResult(tokens=0)
         loop = asyncio.get_running_loop()
         return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))

@@ -366,7 +366,6 @@ class TorchBackend(EngineWorker):
             peer=identity_for(
                 engine.paged.layout.spec, deployment.block_tokens, deployment.hash_seed
             ),
-            can_move_prefix=True,
         )
 
     def encode(self, text: str) -> list[int]:
