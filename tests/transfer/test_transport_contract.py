@@ -6,6 +6,7 @@ import asyncio
 import socket
 
 import pytest
+import xxhash
 from transfer_helpers import make_transport, run
 
 from prfaas.transfer import Connection, PeerAddress, TcpTransport
@@ -45,6 +46,38 @@ def test_bytes_arrive_in_order_whatever_the_read_sizes(kind: str) -> None:
         await server.read_into(view[pos:])
         await writer
         assert bytes(out) == data
+        client.close()
+        done.set()
+        await listener.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_digest_sees_every_byte_in_order_and_before_send_runs_before_the_bytes_go(
+    kind: str,
+) -> None:
+    """Reads small and large (some bytes staged, some read straight into the view) feed one
+    running hash; `before_send` fills a part in place before it is sent, for small writes
+    (sent from the event loop) and large ones (sent by the writer thread) alike."""
+
+    async def scenario() -> None:
+        client, server, listener, done = await _connected(kind)
+        data = bytes(range(251)) * 2_000
+        for body in (b"tiny", data):
+            head = bytearray(4)
+
+            def fill(head: bytearray = head) -> None:
+                head[:] = b"HEAD"
+
+            writer = asyncio.ensure_future(client.write([head, body], fill))
+            out = bytearray(4 + len(body))
+            view, digest = memoryview(out), xxhash.xxh3_64()
+            for start, end in ((0, 3), (3, 100), (100, 200_000), (200_000, len(out))):
+                await server.read_into(view[start:end], digest)
+            await writer
+            assert bytes(out) == b"HEAD" + body
+            assert digest.intdigest() == xxhash.xxh3_64_intdigest(b"HEAD" + body)
         client.close()
         done.set()
         await listener.close()

@@ -22,6 +22,7 @@ from prfaas.transfer.wire import (
     RequestMark,
     decode_prefix,
     encode_header,
+    set_payload_check,
     verify_header,
 )
 
@@ -38,6 +39,12 @@ def test_prefix_layout_matches_the_spec() -> None:
     assert int.from_bytes(raw[16:20], "big") == 0xDEADBEEF
     assert int.from_bytes(raw[20:24], "big") == zlib.crc32(raw[:20] + b"meta")
     assert raw[24:] == b"meta"
+
+
+def test_a_payload_check_filled_in_later_seals_the_same_header() -> None:
+    later = bytearray(encode_header(FrameKind.DATA, b"meta", payload_len=1000))
+    set_payload_check(later, 0xDEADBEEF)
+    assert bytes(later) == encode_header(FrameKind.DATA, b"meta", 1000, 0xDEADBEEF)
 
 
 @pytest.mark.parametrize(

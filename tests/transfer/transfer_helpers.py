@@ -34,7 +34,7 @@ from prfaas.transfer import (
     Transport,
     identity_for,
 )
-from prfaas.transfer.transport import Buffer, ConnectionHandler, Listener
+from prfaas.transfer.transport import BeforeSend, Buffer, ConnectionHandler, Digest, Listener
 
 T = TypeVar("T")
 
@@ -203,7 +203,9 @@ class FaultyConnection:
     def peer_name(self) -> str:
         return self._inner.peer_name
 
-    async def write(self, parts: Sequence[Buffer]) -> None:
+    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
+        if before_send is not None:  # checks are computed first: the faults are on the wire
+            before_send()
         target = self._faults.corrupt_part
         if target is not None and len(parts) == 2:  # a DATA frame: [header, payload]
             self._faults.corrupt_part = None
@@ -221,8 +223,8 @@ class FaultyConnection:
             parts = [parts[1][half:]]
         await self._inner.write(parts)
 
-    async def read_into(self, view: memoryview) -> None:
-        await self._inner.read_into(view)
+    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
+        await self._inner.read_into(view, digest)
 
     def tcp_info(self) -> None:
         return None

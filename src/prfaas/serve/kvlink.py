@@ -45,7 +45,7 @@ from prfaas.transfer import (
 )
 from prfaas.transfer.errors import ConnectionLostError
 from prfaas.transfer.linkemu import socket_in_netns
-from prfaas.transfer.transport import Buffer, ConnectionHandler, Listener
+from prfaas.transfer.transport import BeforeSend, Buffer, ConnectionHandler, Digest, Listener
 
 
 def committed_records(sink: ArraySink, request_id: str) -> list[tuple[Any, ...]]:
@@ -71,14 +71,16 @@ class _DelayedConnection:
     def peer_name(self) -> str:
         return self._inner.peer_name
 
-    async def write(self, parts: Sequence[Buffer]) -> None:
+    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
         if self._error is not None:
             raise ConnectionLostError(f"{self.peer_name}: {self._error}")
+        if before_send is not None:  # the parts are copied now: they must be complete
+            before_send()
         due = asyncio.get_running_loop().time() + self._delay_s
         self._queue.put_nowait((due, [bytes(p) for p in parts]))
 
-    async def read_into(self, view: memoryview) -> None:
-        await self._inner.read_into(view)
+    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
+        await self._inner.read_into(view, digest)
 
     def tcp_info(self) -> TcpInfo | None:
         return self._inner.tcp_info()

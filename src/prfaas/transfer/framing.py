@@ -20,13 +20,14 @@ import xxhash
 
 from prfaas.transfer.errors import ConnectionLostError, FrameError
 from prfaas.transfer.telemetry import TcpInfo
-from prfaas.transfer.transport import Buffer, Connection
+from prfaas.transfer.transport import BeforeSend, Buffer, Connection
 from prfaas.transfer.wire import (
     PREFIX,
     FrameKind,
     FramePrefix,
     decode_prefix,
     encode_header,
+    set_payload_check,
     verify_header,
 )
 
@@ -66,19 +67,25 @@ class FramedConnection:
         return self._connection.peer_name
 
     async def send(self, kind: FrameKind, meta: bytes, payload: Buffer | None = None) -> None:
-        """Send one frame; the payload checksum is computed here, once, from the source bytes.
+        """Send one frame; the payload checksum is computed once, from the source bytes, on
+        the thread that sends them, just before they are sent.
 
         Header and payload go to the connection as separate parts (a scatter-gather write):
         the payload is never copied into a frame buffer."""
+        before_send: BeforeSend | None = None
         if payload is None:
             parts: list[Buffer] = [encode_header(kind, meta)]
         else:
             view = memoryview(payload).cast("B")
-            header = encode_header(kind, meta, len(view), payload_checksum([view]))
+            header = bytearray(encode_header(kind, meta, len(view)))
             parts = [header, view]
+
+            def before_send() -> None:
+                set_payload_check(header, payload_checksum([view]))
+
         async with self._write_lock:
             with translated_errors(f"sending {kind.name} to {self.peer_name}"):
-                await self._connection.write(parts)
+                await self._connection.write(parts, before_send)
         self.bytes_sent += sum(len(p) for p in parts)
 
     async def read_frame(self) -> Frame:
@@ -95,11 +102,14 @@ class FramedConnection:
             raise FrameError(f"{prefix.kind.name} frame carries a payload")
         return Frame(prefix, bytes(meta))
 
-    async def read_payload_into(self, views: list[memoryview]) -> None:
-        """Read the current DATA frame's payload into consecutive `views` (scatter read)."""
+    async def read_payload_into(self, views: list[memoryview]) -> int:
+        """Read the current DATA frame's payload into consecutive `views` (scatter read);
+        returns its check (`payload_checksum`), computed as the bytes land."""
+        digest = xxhash.xxh3_64()
         with translated_errors(f"reading a payload from {self.peer_name}"):
             for view in views:
-                await self._connection.read_into(view)
+                await self._connection.read_into(view, digest)
+        return digest.intdigest() & 0xFFFFFFFF
 
     async def discard_payload(self, nbytes: int) -> None:
         """Consume a payload that has nowhere to go (its request was already aborted)."""

@@ -14,7 +14,15 @@ from collections import deque
 from collections.abc import Sequence
 
 from prfaas.transfer.telemetry import TcpInfo
-from prfaas.transfer.transport import Buffer, Connection, ConnectionHandler, Listener, PeerAddress
+from prfaas.transfer.transport import (
+    BeforeSend,
+    Buffer,
+    Connection,
+    ConnectionHandler,
+    Digest,
+    Listener,
+    PeerAddress,
+)
 
 DEFAULT_PIPE_BYTES = 1024 * 1024
 
@@ -98,12 +106,16 @@ class MemoryConnection:
     def peer_name(self) -> str:
         return self._peer_name
 
-    async def write(self, parts: Sequence[Buffer]) -> None:
+    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
+        if before_send is not None:
+            before_send()
         for part in parts:
             await self._outbound.write(part)
 
-    async def read_into(self, view: memoryview) -> None:
+    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
         await self._inbound.read_into(view)
+        if digest is not None:
+            digest.update(view)
 
     def tcp_info(self) -> TcpInfo | None:
         return None

@@ -37,7 +37,7 @@ from prfaas.transfer.events import (
     TransferAborted,
     TransferReceived,
 )
-from prfaas.transfer.framing import Frame, FramedConnection, payload_checksum
+from prfaas.transfer.framing import Frame, FramedConnection
 from prfaas.transfer.handshake import server_handshake
 from prfaas.transfer.keys import RequestId, SessionId, SliceKey, SliceMeta
 from prfaas.transfer.sink import PageSink
@@ -206,10 +206,10 @@ class Receiver:
         if request is None or views is None:
             await conn.discard_payload(nbytes)
         else:
-            await self._read_payload(conn, request, views)
+            check = await self._read_payload(conn, request, views)
             if request.is_aborted:
                 pass  # aborted (from another connection) while the payload landed: drop it
-            elif payload_checksum(views) != frame.prefix.payload_check:
+            elif check != frame.prefix.payload_check:
                 message = f"payload checksum mismatch in frame {header.seq} of {rid}"
                 await self._abort(session, rid, AbortReason.CHECKSUM_MISMATCH, message, conn)
             else:
@@ -223,12 +223,13 @@ class Receiver:
 
     async def _read_payload(
         self, conn: FramedConnection, request: _Incoming, views: list[memoryview]
-    ) -> None:
-        """Read into the request's pages; an abort meanwhile defers freeing them to the end
-        of the read, so pages still being written are never handed to another request."""
+    ) -> int:
+        """Read into the request's pages (returns the payload check); an abort meanwhile defers
+        freeing them to the end of the read, so pages still being written are never handed to
+        another request."""
         request.reads_in_flight += 1
         try:
-            await conn.read_payload_into(views)
+            return await conn.read_payload_into(views)
         finally:
             request.reads_in_flight -= 1
             if request.is_aborted and request.reads_in_flight == 0:

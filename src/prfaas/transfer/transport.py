@@ -5,10 +5,13 @@ A transport moves bytes; it knows nothing of frames. The sender and receiver are
 
 Plain TCP (`_SocketStream`) drives a blocking socket from two threads per connection, one per
 direction, so the event loop wakes once per frame rather than once per socket-buffer's worth:
-a write is one `sendmsg` of the header and the payload from their own buffers (no
+a large write is one `sendmsg` of the header and the payload from their own buffers (no
 concatenation, no copy into a transport buffer), and a large read is one
 `recv_into(..., MSG_WAITALL)` straight into the destination pages; both release the GIL. Small
-reads (frame headers) go through a staging buffer. TLS (`_TcpStream`) is an
+reads (frame headers, ACKs) go through a staging buffer and small writes (ACKs, END) straight
+to the socket, both from the event loop without blocking (readiness from the loop's own
+selector): a thread hop costs two context switches, and on a two-core host every switch per
+frame shows in the goodput. TLS (`_TcpStream`) is an
 `asyncio.BufferedProtocol` that also reads payloads straight into the caller's pages.
 Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`; `framing`
 translates those into the package's exception tree.
@@ -34,9 +37,14 @@ from prfaas.transfer.telemetry import TcpInfo, read_tcp_info
 
 Buffer = bytes | bytearray | memoryview
 SocketFactory = Callable[[], socket.socket]
+# Runs just before a write's bytes go out, on the thread that sends them: where the framing
+# layer computes a payload check, off the event loop, right before the copy reads the same bytes.
+BeforeSend = Callable[[], None]
 STAGING_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
-DIRECT_READ_BYTES = 64 * 1024
+# Reads and writes at least this large go to the connection's I/O threads; smaller ones are
+# done on the event loop with non-blocking calls.
+DIRECT_IO_BYTES = 64 * 1024
 MAX_QUEUED_WRITES = 1
 ABORT_READ_WAIT_S = 1.0
 # TCP_NOTSENT_LOWAT: a connection's socket holds at most this much not-yet-sent data beyond
@@ -56,18 +64,26 @@ class PeerAddress:
         return f"{self.host}:{self.port}"
 
 
+class Digest(Protocol):
+    """A running hash (`xxhash.xxh3_64()`): what `read_into` feeds the bytes it reads."""
+
+    def update(self, data: Buffer, /) -> None: ...
+
+
 class Connection(Protocol):
     """One full-duplex byte stream."""
 
     @property
     def peer_name(self) -> str: ...
 
-    async def write(self, parts: Sequence[Buffer]) -> None:
-        """Queue `parts` in order and wait until the stream accepts more (flow control)."""
+    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
+        """Queue `parts` in order and wait until the stream accepts more (flow control).
+        `before_send` runs first, on the sending thread; it may fill bytes of `parts` in place."""
         ...
 
-    async def read_into(self, view: memoryview) -> None:
-        """Fill `view` exactly; IncompleteReadError on end of stream."""
+    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
+        """Fill `view` exactly; IncompleteReadError on end of stream. With `digest`, every byte
+        is also fed to it, in order, on the thread that read it (while it is in cache)."""
         ...
 
     def tcp_info(self) -> TcpInfo | None:
@@ -166,7 +182,12 @@ class _TcpStream(asyncio.BufferedProtocol):
         self._wake_writer(None)
 
     # -- stream API -------------------------------------------------------------------------
-    async def read_into(self, view: memoryview) -> None:
+    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
+        await self._fill(view)
+        if digest is not None:
+            digest.update(view)
+
+    async def _fill(self, view: memoryview) -> None:
         self._target, self._filled = view, 0
         try:
             self._take_staged()
@@ -181,9 +202,11 @@ class _TcpStream(asyncio.BufferedProtocol):
         finally:
             self._target, self._read_waiter = None, None
 
-    async def write(self, parts: Sequence[Buffer]) -> None:
+    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
         if self._lost is not None or self._transport is None:
             raise ConnectionResetError("connection is closed")
+        if before_send is not None:
+            before_send()
         for part in parts:
             self._transport.write(part)
         if self._is_paused_writing:
@@ -329,40 +352,60 @@ class _SocketStream:
         self._closed: str | None = None
         self._read_lock = threading.Lock()
         self._writes: deque[asyncio.Future[int]] = deque()
-        self._threads_left = 2
+        self._loop = loop
+        # The socket is closed once nothing uses it: the two threads and, while one waits
+        # for readiness, the event loop's selector (closing a registered fd would let a new
+        # socket reuse its number under the old registration).
+        self._users = 2
         self._exit_lock = threading.Lock()
-        self._reader = _IoThread(loop, f"tcp-read-{self.peer_name}", self._thread_exited)
-        self._writer = _IoThread(loop, f"tcp-write-{self.peer_name}", self._thread_exited)
+        self._reader = _IoThread(loop, f"tcp-read-{self.peer_name}", self._release)
+        self._writer = _IoThread(loop, f"tcp-write-{self.peer_name}", self._release)
 
-    async def read_into(self, view: memoryview) -> None:
+    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
         filled = self._take_staged(view)
+        if digest is not None:
+            digest.update(view[:filled])
         while filled < len(view):
             if self._closed is not None:
                 raise ConnectionResetError(f"connection is {self._closed}")
             rest = view[filled:]
-            if len(rest) >= DIRECT_READ_BYTES:
-                got = await self._reader.submit(partial(self._recv, rest, socket.MSG_WAITALL))
+            if len(rest) >= DIRECT_IO_BYTES:
+                read = partial(self._recv, rest, socket.MSG_WAITALL, digest)
+                got = await self._reader.submit(read)
                 filled += got
                 if got < len(rest):
                     raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
             else:
                 free = self._staging[self._hi :]
-                ready = self._recv_ready(free)
-                got = (
-                    ready
-                    if ready is not None
-                    else await self._reader.submit(partial(self._recv, free, 0))
-                )
+                if self._read_lock.locked():  # a cancelled read still runs: queue behind it
+                    got = await self._reader.submit(partial(self._recv, free, 0))
+                elif (ready := self._recv_ready(free)) is None:
+                    await self._readable()
+                    continue
+                else:
+                    got = ready
                 if got == 0:
                     raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
                 self._hi += got
-                filled += self._take_staged(rest)
+                taken = self._take_staged(rest)
+                if digest is not None:
+                    digest.update(rest[:taken])
+                filled += taken
 
-    async def write(self, parts: Sequence[Buffer]) -> None:
+    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
         if self._closed is not None:
             raise ConnectionResetError(f"connection is {self._closed}")
         views = [memoryview(part).cast("B") for part in parts]
-        written = self._writer.submit(partial(self._send_all, views))
+        while self._writes and self._writes[0].done():
+            self._writes.popleft().result()  # a failed write raises here
+        if not self._writes and sum(len(v) for v in views) < DIRECT_IO_BYTES:
+            if before_send is not None:
+                before_send()
+            views = self._send_ready(views)  # the writer thread is idle: order is kept
+            if not views:
+                return
+            before_send = None
+        written = self._writer.submit(partial(self._send_all, views, before_send))
         written.add_done_callback(_retrieve)
         # Double buffering: return while this write is queued behind the one being sent, so
         # the writer thread always has the next frame at hand; wait only beyond that.
@@ -392,7 +435,7 @@ class _SocketStream:
             self._read_lock.release()
 
     # -- run on the I/O threads ---------------------------------------------------------------
-    def _recv(self, view: memoryview, flags: int) -> int:
+    def _recv(self, view: memoryview, flags: int, digest: Digest | None = None) -> int:
         """Fill `view` (MSG_WAITALL) or take what has arrived (0); fewer bytes = end of stream."""
         with self._read_lock:
             got = 0
@@ -400,24 +443,16 @@ class _SocketStream:
                 n = self._sock.recv_into(view[got:], 0, flags)
                 if n == 0:
                     break
+                if digest is not None:
+                    digest.update(view[got : got + n])
                 got += n
                 if not flags & socket.MSG_WAITALL:
                     break
             return got
 
-    def _recv_ready(self, view: memoryview) -> int | None:
-        """What has already arrived, read without blocking on the event loop (no thread hop
-        for a frame header that is waiting); None when nothing has or the reader is busy."""
-        if not self._read_lock.acquire(blocking=False):
-            return None
-        try:
-            return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return None
-        finally:
-            self._read_lock.release()
-
-    def _send_all(self, views: list[memoryview]) -> int:
+    def _send_all(self, views: list[memoryview], before_send: BeforeSend | None) -> int:
+        if before_send is not None:
+            before_send()
         total = sum(len(v) for v in views)
         while views:
             sent = self._sock.sendmsg(views)
@@ -431,13 +466,47 @@ class _SocketStream:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
 
-    def _thread_exited(self) -> None:
+    def _release(self) -> None:
         with self._exit_lock:
-            self._threads_left -= 1
-            if self._threads_left == 0:
+            self._users -= 1
+            if self._users == 0:
                 self._sock.close()
 
     # -- run on the event loop ----------------------------------------------------------------
+    def _recv_ready(self, view: memoryview) -> int | None:
+        """What has already arrived, read without blocking; None when nothing has."""
+        try:
+            return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
+
+    def _send_ready(self, views: list[memoryview]) -> list[memoryview]:
+        """Send what the socket takes now without blocking; returns what is left."""
+        try:
+            sent = self._sock.sendmsg(views, [], socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return views
+        while views and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if views:
+            views[0] = views[0][sent:]
+        return views
+
+    async def _readable(self) -> None:
+        """Wait, in the event loop's selector, until the socket has data or an end."""
+        with self._exit_lock:
+            if self._users == 0:
+                raise ConnectionResetError("connection is closed")
+            self._users += 1
+        fd = self._sock.fileno()
+        ready = self._loop.create_future()
+        self._loop.add_reader(fd, _settle, ready, 0)
+        try:
+            await ready
+        finally:
+            self._loop.remove_reader(fd)
+            self._release()
+
     def _take_staged(self, view: memoryview) -> int:
         size = min(self._hi - self._lo, len(view))
         view[:size] = self._staging[self._lo : self._lo + size]

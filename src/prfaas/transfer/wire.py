@@ -77,6 +77,14 @@ def encode_header(
     return head[:20] + crc.to_bytes(4, "big") + meta
 
 
+def set_payload_check(header: bytearray, payload_check: int) -> None:
+    """Fill the payload check of a header from `encode_header` in place (and re-seal it): the
+    sender computes the check on its I/O thread, after the header was built."""
+    struct.pack_into("!I", header, 16, payload_check)
+    crc = zlib.crc32(memoryview(header)[PREFIX.size :], zlib.crc32(memoryview(header)[:20]))
+    struct.pack_into("!I", header, 20, crc)
+
+
 def decode_prefix(raw: bytes) -> FramePrefix:
     """Parse the fixed prefix; the version is returned, not checked (the handshake checks it)."""
     magic, version, kind, meta_len, payload_len, payload_crc, header_crc = PREFIX.unpack(raw)
