@@ -673,6 +673,11 @@ def main() -> None:
         "git_sha": _git_sha(),
         "host": platform.node(),
         "cpus": os.cpu_count(),
+        # Loopback goodput depends on it more than on anything we do: on the 2-core host,
+        # iperf3 -P 1 reached 20 Gbit/s under bbr and 58 under cubic (docs/benchmarks.md).
+        "tcp_congestion_control": Path("/proc/sys/net/ipv4/tcp_congestion_control")
+        .read_text()
+        .strip(),
         "load_average_before": os.getloadavg(),
     }
     if "loopback" in parts:

@@ -58,8 +58,8 @@ def test_a_digest_sees_every_byte_in_order_and_before_send_runs_before_the_bytes
     kind: str,
 ) -> None:
     """Reads small and large (some bytes staged, some read straight into the view) feed one
-    running hash; `before_send` fills a part in place before it is sent, for small writes
-    (sent from the event loop) and large ones (sent by the writer thread) alike."""
+    running hash; `before_send` fills a part in place before it is sent, for small writes and
+    large ones alike."""
 
     async def scenario() -> None:
         client, server, listener, done = await _connected(kind)

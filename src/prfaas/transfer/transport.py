@@ -5,13 +5,14 @@ A transport moves bytes; it knows nothing of frames. The sender and receiver are
 
 Plain TCP (`_SocketStream`) drives a blocking socket from two threads per connection, one per
 direction, so the event loop wakes once per frame rather than once per socket-buffer's worth:
-a large write is one `sendmsg` of the header and the payload from their own buffers (no
+a write is one `sendmsg` of the header and the payload from their own buffers (no
 concatenation, no copy into a transport buffer), and a large read is one
 `recv_into(..., MSG_WAITALL)` straight into the destination pages; both release the GIL. Small
-reads (frame headers, ACKs) go through a staging buffer and small writes (ACKs, END) straight
-to the socket, both from the event loop without blocking (readiness from the loop's own
-selector): a thread hop costs two context switches, and on a two-core host every switch per
-frame shows in the goodput. TLS (`_TcpStream`) is an
+reads (frame headers, ACKs) go through a staging buffer, from the event loop without blocking,
+waiting for readiness in the loop's own selector: no thread hand-off (two context switches)
+per frame header. Writes, even small ones, stay on the writer thread: a send must take the
+socket's lock, which the reader thread holds while it copies a payload, and the event loop
+must not wait for that. TLS (`_TcpStream`) is an
 `asyncio.BufferedProtocol` that also reads payloads straight into the caller's pages.
 Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`; `framing`
 translates those into the package's exception tree.
@@ -42,9 +43,13 @@ SocketFactory = Callable[[], socket.socket]
 BeforeSend = Callable[[], None]
 STAGING_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
-# Reads and writes at least this large go to the connection's I/O threads; smaller ones are
-# done on the event loop with non-blocking calls.
-DIRECT_IO_BYTES = 64 * 1024
+# Reads at least this large go to the connection's reader thread; smaller ones are done on the
+# event loop with non-blocking calls.
+DIRECT_READ_BYTES = 64 * 1024
+# A small read on the event loop takes at most this much beyond what was asked for: enough for
+# a frame header and a few ACKs behind it, too little to pull a payload's head through the
+# staging buffer (a copy the event loop would make while holding the GIL).
+READ_AHEAD_BYTES = 8 * 1024
 MAX_QUEUED_WRITES = 1
 ABORT_READ_WAIT_S = 1.0
 # TCP_NOTSENT_LOWAT: a connection's socket holds at most this much not-yet-sent data beyond
@@ -369,14 +374,14 @@ class _SocketStream:
             if self._closed is not None:
                 raise ConnectionResetError(f"connection is {self._closed}")
             rest = view[filled:]
-            if len(rest) >= DIRECT_IO_BYTES:
+            if len(rest) >= DIRECT_READ_BYTES:
                 read = partial(self._recv, rest, socket.MSG_WAITALL, digest)
                 got = await self._reader.submit(read)
                 filled += got
                 if got < len(rest):
                     raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
             else:
-                free = self._staging[self._hi :]
+                free = self._staging[self._hi : self._hi + len(rest) + READ_AHEAD_BYTES]
                 if self._read_lock.locked():  # a cancelled read still runs: queue behind it
                     got = await self._reader.submit(partial(self._recv, free, 0))
                 elif (ready := self._recv_ready(free)) is None:
@@ -396,15 +401,6 @@ class _SocketStream:
         if self._closed is not None:
             raise ConnectionResetError(f"connection is {self._closed}")
         views = [memoryview(part).cast("B") for part in parts]
-        while self._writes and self._writes[0].done():
-            self._writes.popleft().result()  # a failed write raises here
-        if not self._writes and sum(len(v) for v in views) < DIRECT_IO_BYTES:
-            if before_send is not None:
-                before_send()
-            views = self._send_ready(views)  # the writer thread is idle: order is kept
-            if not views:
-                return
-            before_send = None
         written = self._writer.submit(partial(self._send_all, views, before_send))
         written.add_done_callback(_retrieve)
         # Double buffering: return while this write is queued behind the one being sent, so
@@ -479,18 +475,6 @@ class _SocketStream:
             return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return None
-
-    def _send_ready(self, views: list[memoryview]) -> list[memoryview]:
-        """Send what the socket takes now without blocking; returns what is left."""
-        try:
-            sent = self._sock.sendmsg(views, [], socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return views
-        while views and sent >= len(views[0]):
-            sent -= len(views.pop(0))
-        if views:
-            views[0] = views[0][sent:]
-        return views
 
     async def _readable(self) -> None:
         """Wait, in the event loop's selector, until the socket has data or an end."""
