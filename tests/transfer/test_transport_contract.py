@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 
 import pytest
@@ -57,9 +58,9 @@ def test_bytes_arrive_in_order_whatever_the_read_sizes(kind: str) -> None:
 def test_a_digest_sees_every_byte_in_order_and_before_send_runs_before_the_bytes_go(
     kind: str,
 ) -> None:
-    """Reads small and large (some bytes staged, some read straight into the view) feed one
-    running hash; `before_send` fills a part in place before it is sent, for small writes and
-    large ones alike."""
+    """Reads small, large and scattered (some bytes staged, some read straight into the
+    views) feed one running hash; `before_send` fills a part in place before it is sent, for
+    small writes and large ones alike."""
 
     async def scenario() -> None:
         client, server, listener, done = await _connected(kind)
@@ -73,11 +74,37 @@ def test_a_digest_sees_every_byte_in_order_and_before_send_runs_before_the_bytes
             writer = asyncio.ensure_future(client.write([head, body], fill))
             out = bytearray(4 + len(body))
             view, digest = memoryview(out), xxhash.xxh3_64()
-            for start, end in ((0, 3), (3, 100), (100, 200_000), (200_000, len(out))):
+            for start, end in ((0, 3), (3, 100), (100, 200_000)):
                 await server.read_into(view[start:end], digest)
+            cuts = (200_000, 200_001, 300_000, len(out))  # a scatter read, one part 1 byte
+            await server.readv_into([view[a:b] for a, b in itertools.pairwise(cuts)], digest)
             await writer
             assert bytes(out) == b"HEAD" + body
             assert digest.intdigest() == xxhash.xxh3_64_intdigest(b"HEAD" + body)
+        client.close()
+        done.set()
+        await listener.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_small_scatter_read_takes_what_an_earlier_part_brought_along(kind: str) -> None:
+    """One read from the socket may bring the bytes of several small views (and of what
+    follows them): each view gets exactly its own, in order."""
+
+    async def scenario() -> None:
+        client, server, listener, done = await _connected(kind)
+        data = bytes(range(251)) * 40
+        await client.write([data, b"next"])
+        out = bytearray(len(data))
+        view = memoryview(out)
+        digest = xxhash.xxh3_64()
+        await server.readv_into([view[:3], view[3:5000], view[5000:]], digest)
+        tail = bytearray(4)
+        await server.read_into(memoryview(tail))
+        assert (bytes(out), bytes(tail)) == (data, b"next")
+        assert digest.intdigest() == xxhash.xxh3_64_intdigest(data)
         client.close()
         done.set()
         await listener.close()

@@ -226,6 +226,10 @@ class FaultyConnection:
     async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
         await self._inner.read_into(view, digest)
 
+    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
+        for view in views:
+            await self.read_into(view, digest)
+
     def tcp_info(self) -> None:
         return None
 

@@ -107,8 +107,7 @@ class FramedConnection:
         returns its check (`payload_checksum`), computed as the bytes land."""
         digest = xxhash.xxh3_64()
         with translated_errors(f"reading a payload from {self.peer_name}"):
-            for view in views:
-                await self._connection.read_into(view, digest)
+            await self._connection.readv_into(views, digest)
         return digest.intdigest() & 0xFFFFFFFF
 
     async def discard_payload(self, nbytes: int) -> None:

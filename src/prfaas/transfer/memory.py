@@ -117,6 +117,10 @@ class MemoryConnection:
         if digest is not None:
             digest.update(view)
 
+    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
+        for view in views:
+            await self.read_into(view, digest)
+
     def tcp_info(self) -> TcpInfo | None:
         return None
 

@@ -91,6 +91,11 @@ class Connection(Protocol):
         is also fed to it, in order, on the thread that read it (while it is in cache)."""
         ...
 
+    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
+        """`read_into` over consecutive `views` (a scatter read: one system call where the
+        transport can, so a payload spread over many pages costs one wake-up)."""
+        ...
+
     def tcp_info(self) -> TcpInfo | None:
         """Kernel TCP statistics, or None where the stream is not a TCP socket."""
         ...
@@ -191,6 +196,10 @@ class _TcpStream(asyncio.BufferedProtocol):
         await self._fill(view)
         if digest is not None:
             digest.update(view)
+
+    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
+        for view in views:
+            await self.read_into(view, digest)
 
     async def _fill(self, view: memoryview) -> None:
         self._target, self._filled = view, 0
@@ -367,35 +376,51 @@ class _SocketStream:
         self._writer = _IoThread(loop, f"tcp-write-{self.peer_name}", self._release)
 
     async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
-        filled = self._take_staged(view)
-        if digest is not None:
+        await self.readv_into([view], digest)
+
+    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
+        rest = []
+        for view in views:  # bytes already staged come first
+            taken = self._take_staged(view)
+            if digest is not None and taken:
+                digest.update(view[:taken])
+            if taken < len(view):
+                rest.append(view[taken:])
+        if sum(len(view) for view in rest) < DIRECT_READ_BYTES:
+            for view in rest:
+                await self._read_small(view, digest)
+            return
+        if self._closed is not None:
+            raise ConnectionResetError(f"connection is {self._closed}")
+        want = sum(len(view) for view in rest)
+        got = await self._reader.submit(partial(self._recv_all, rest, digest))
+        if got < want:
+            raise asyncio.IncompleteReadError(b"", want)
+
+    async def _read_small(self, view: memoryview, digest: Digest | None) -> None:
+        """Fill a small `view` through the staging buffer, from the event loop."""
+        filled = self._take_staged(view)  # what the previous view's read brought along
+        if digest is not None and filled:
             digest.update(view[:filled])
         while filled < len(view):
             if self._closed is not None:
                 raise ConnectionResetError(f"connection is {self._closed}")
             rest = view[filled:]
-            if len(rest) >= DIRECT_READ_BYTES:
-                read = partial(self._recv, rest, socket.MSG_WAITALL, digest)
-                got = await self._reader.submit(read)
-                filled += got
-                if got < len(rest):
-                    raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
+            free = self._staging[self._hi : self._hi + len(rest) + READ_AHEAD_BYTES]
+            if self._read_lock.locked():  # a cancelled read still runs: queue behind it
+                got = await self._reader.submit(partial(self._recv_some, free))
+            elif (ready := self._recv_ready(free)) is None:
+                await self._readable()
+                continue
             else:
-                free = self._staging[self._hi : self._hi + len(rest) + READ_AHEAD_BYTES]
-                if self._read_lock.locked():  # a cancelled read still runs: queue behind it
-                    got = await self._reader.submit(partial(self._recv, free, 0))
-                elif (ready := self._recv_ready(free)) is None:
-                    await self._readable()
-                    continue
-                else:
-                    got = ready
-                if got == 0:
-                    raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
-                self._hi += got
-                taken = self._take_staged(rest)
-                if digest is not None:
-                    digest.update(rest[:taken])
-                filled += taken
+                got = ready
+            if got == 0:
+                raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
+            self._hi += got
+            taken = self._take_staged(rest)
+            if digest is not None:
+                digest.update(rest[:taken])
+            filled += taken
 
     async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
         if self._closed is not None:
@@ -431,20 +456,32 @@ class _SocketStream:
             self._read_lock.release()
 
     # -- run on the I/O threads ---------------------------------------------------------------
-    def _recv(self, view: memoryview, flags: int, digest: Digest | None = None) -> int:
-        """Fill `view` (MSG_WAITALL) or take what has arrived (0); fewer bytes = end of stream."""
+    def _recv_all(self, views: list[memoryview], digest: Digest | None) -> int:
+        """Fill `views` in order (one `recvmsg_into`, MSG_WAITALL, per wake-up), feeding
+        `digest` as bytes land; fewer bytes than asked = end of stream (or an abort)."""
         with self._read_lock:
             got = 0
-            while got < len(view) and self._closed != "aborted":
-                n = self._sock.recv_into(view[got:], 0, flags)
+            while views and self._closed != "aborted":
+                n = self._sock.recvmsg_into(views, 0, socket.MSG_WAITALL)[0]
                 if n == 0:
                     break
-                if digest is not None:
-                    digest.update(view[got : got + n])
                 got += n
-                if not flags & socket.MSG_WAITALL:
-                    break
+                while n:
+                    head = views[0]
+                    size = min(n, len(head))
+                    if digest is not None:
+                        digest.update(head[:size])
+                    n -= size
+                    if size == len(head):
+                        views.pop(0)
+                    else:
+                        views[0] = head[size:]
             return got
+
+    def _recv_some(self, view: memoryview) -> int:
+        """Whatever has arrived (blocking until something has); 0 = end of stream."""
+        with self._read_lock:
+            return 0 if self._closed == "aborted" else self._sock.recv_into(view)
 
     def _send_all(self, views: list[memoryview], before_send: BeforeSend | None) -> int:
         if before_send is not None:
