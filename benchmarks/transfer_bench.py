@@ -2,8 +2,9 @@
 
 Prints JSON: (1) loopback goodput of prfaas.transfer for 1-256 MiB requests over 1, 4 and 8
 TCP connections, each stream count measured back to back with `iperf3 -P n` (raw TCP, the
-limit) and a plain pyzmq PUSH/PULL transfer of the same sizes, the sweep repeated `--rounds`
-times, plus Mooncake Transfer Engine over TCP (when a Python with
+limit), a plain pyzmq PUSH/PULL transfer of the same sizes and Python's raw-socket ceiling
+(blocking sockets, nothing but the copies, with and without our XXH3 payload check), the sweep
+repeated `--rounds` times, plus Mooncake Transfer Engine over TCP (when a Python with
 `mooncake-transfer-engine-non-cuda` is given) and the acceptance ratios; (2) goodput through
 tbf-shaped links with 20 ms of RTT (delay on the return path, see
 `linkemu._return_path_delayed`), 1 vs 4 connections, next to iperf3 through the same link, the
@@ -31,6 +32,7 @@ import os
 import platform
 import random
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +41,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import xxhash
 
 from prfaas.transfer import (
     ArraySink,
@@ -71,6 +75,10 @@ SIZES_MIB = (1, 16, 64, 256)
 # a long time (100 Mbit/s / 4 connections: 1.3 s), and the connections finishing early idle
 # through the tail of a transfer. 1 MiB frames keep the stripes even.
 SHAPED_FRAME_BYTES = MIB
+# On loopback the host's two cores are the bottleneck, and each frame costs a few event-loop
+# turns and thread wake-ups on both sides: one frame per 8 MiB layer slice halves them against
+# the 4 MiB default (docs/benchmarks.md).
+LOOPBACK_FRAME_BYTES = 8 * MIB
 
 
 def _config(connections: int) -> TransferConfig:
@@ -295,15 +303,73 @@ def _pyzmq(sizes_mib: tuple[int, ...], reps: int, frame_bytes: int) -> dict[str,
     return out
 
 
+RAW_RECEIVER = """
+import socket, sys, xxhash
+frame, check = int(sys.argv[1]), sys.argv[2] == "check"
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+arena = memoryview(bytearray(1024 * 2**20))
+head = bytearray(8)
+while conn.recv_into(head, 8, socket.MSG_WAITALL) == 8:
+    size = int.from_bytes(head, "big")
+    for offset in range(0, size, frame):
+        view = arena[offset : min(offset + frame, size)]
+        conn.recv_into(view, len(view), socket.MSG_WAITALL)
+        if check:
+            xxhash.xxh3_64_intdigest(view)
+    conn.sendall(head)
+"""
+
+
+def _raw_socket(sizes_mib: tuple[int, ...], frame_bytes: int, check: bool) -> dict[str, float]:
+    """Python's own ceiling: one blocking TCP socket per side, `frame_bytes` per `sendmsg` /
+    `recv_into(MSG_WAITALL)` from a large source into a large destination, and (with `check`)
+    the payload check ours computes, XXH3-64 of every frame on both sides; nothing else."""
+    receiver = subprocess.Popen(
+        [sys.executable, "-c", RAW_RECEIVER, str(frame_bytes), "check" if check else "plain"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert receiver.stdout is not None
+    sock = socket.create_connection(("127.0.0.1", int(receiver.stdout.readline())))
+    payload = memoryview(bytes(max(sizes_mib) * MIB))
+    out: dict[str, float] = {}
+    try:
+
+        def one(size: int) -> float:
+            start = time.perf_counter()
+            sock.sendall(size.to_bytes(8, "big"))
+            for offset in range(0, size, frame_bytes):
+                view = payload[offset : min(offset + frame_bytes, size)]
+                if check:
+                    xxhash.xxh3_64_intdigest(view)
+                sock.sendall(view)
+            assert int.from_bytes(sock.recv(8, socket.MSG_WAITALL), "big") == size
+            return size * 8 / (time.perf_counter() - start) / 1e9
+
+        one(MIB)  # warm up
+        for size_mib in sizes_mib:
+            rates = [one(size_mib * MIB) for _ in range(5 if size_mib < 64 else 3)]
+            out[f"{size_mib}MiB"] = round(statistics.median(rates), 3)
+    finally:
+        sock.close()
+        receiver.wait(timeout=10)
+    return out
+
+
 # -- scenarios -----------------------------------------------------------------------------
-def loopback(mooncake_python: str | None, rounds: int) -> dict[str, object]:
+def loopback(mooncake_python: str | None, rounds: int, frame_bytes: int) -> dict[str, object]:
     """Ours next to iperf3 at the same number of TCP streams, measured back to back and the
-    whole comparison repeated `rounds` times: on a shared host the load shifts within seconds."""
+    whole comparison repeated `rounds` times: on a shared host the load shifts within seconds.
+    After the one-connection cell, the one-connection peers: pyzmq and Python's raw-socket
+    ceiling with and without our payload check."""
     process, port = _start_receiver("127.0.0.1")
     address = PeerAddress("127.0.0.1", port)
     ours: dict[str, list[float]] = {}
     iperf: dict[str, list[float]] = {}
     zmq: dict[str, list[float]] = {}
+    raw: dict[str, dict[str, list[float]]] = {"plain": {}, "xxh3": {}}
     zmq_status = "ok"
     try:
         for _ in range(rounds):
@@ -313,24 +379,34 @@ def loopback(mooncake_python: str | None, rounds: int) -> dict[str, object]:
                     iperf.setdefault(f"{connections}stream", []).append(rate)
                 for size_mib in SIZES_MIB:
                     reps = 5 if size_mib < 64 else 3
-                    rate = asyncio.run(_goodput(address, connections, [size_mib * MIB], reps))
+                    sizes = [size_mib * MIB]
+                    rate = asyncio.run(
+                        _goodput(address, connections, sizes, reps, frame_bytes=frame_bytes)
+                    )
                     ours.setdefault(f"{size_mib}MiB x{connections}conn", []).append(rate)
-                if connections == 1:  # pyzmq is one TCP connection: next to ours on one
-                    peer = _pyzmq(SIZES_MIB, 5, 4 * MIB)
-                    if isinstance(peer, str):
-                        zmq_status = peer
-                    else:
-                        for key, value in peer.items():
-                            zmq.setdefault(key, []).append(value)
+                if connections > 1:
+                    continue
+                peer = _pyzmq(SIZES_MIB, 5, 4 * MIB)
+                if isinstance(peer, str):
+                    zmq_status = peer
+                else:
+                    for key, value in peer.items():
+                        zmq.setdefault(key, []).append(value)
+                for name, runs in raw.items():
+                    for key, value in _raw_socket(SIZES_MIB, frame_bytes, name == "xxh3").items():
+                        runs.setdefault(key, []).append(value)
     finally:
         _stop(process)
     mooncake = {f"{s}MiB": _mooncake(mooncake_python, s * MIB, 3) for s in (64, 256)}
     return {
+        "frame_bytes": frame_bytes,
         "prfaas_gbps": _spread(ours),
         "iperf3_gbps": _spread(iperf) if iperf else "not run: iperf3 is not installed",
         "pyzmq_push_pull_1conn_gbps": _spread(zmq) if zmq else zmq_status,
+        "raw_python_socket_1conn_gbps": _spread(raw["plain"]),
+        "raw_python_socket_xxh3_1conn_gbps": _spread(raw["xxh3"]),
         "mooncake_te_tcp": mooncake,
-        "ratios_64MiB_plus": _ratios(ours, iperf, mooncake, zmq),
+        "ratios_64MiB_plus": _ratios(ours, iperf, mooncake, zmq, raw),
         "ratios_all_sizes_vs_pyzmq": {
             f"{s}MiB x1conn / pyzmq": round(max(ours[f"{s}MiB x1conn"]) / max(zmq[f"{s}MiB"]), 3)
             for s in SIZES_MIB
@@ -348,6 +424,7 @@ def _ratios(
     iperf: dict[str, list[float]],
     mooncake: dict[str, Any],
     zmq: dict[str, list[float]],
+    raw: dict[str, dict[str, list[float]]],
 ) -> dict[str, object]:
     """The acceptance ratios: best of ours over best of the peer, same size and stream count."""
     out: dict[str, object] = {}
@@ -368,6 +445,14 @@ def _ratios(
             out[f"{size_mib}MiB best / Mooncake TE"] = round(best / peer["gbps"], 3)
         if zmq:
             out[f"{size_mib}MiB best / pyzmq best"] = round(best / max(zmq[f"{size_mib}MiB"]), 3)
+        for name, runs in raw.items():
+            peer_best = max(runs[f"{size_mib}MiB"])
+            key = f"{size_mib}MiB best / raw Python socket ({name}) best"
+            out[key] = round(best / peer_best, 3)
+            if iperf:
+                out[f"raw Python socket ({name}) {size_mib}MiB best / iperf3 best"] = round(
+                    peer_best / max(max(v) for v in iperf.values()), 3
+                )
     return out
 
 
@@ -656,6 +741,10 @@ def main() -> None:
     )
     parser.add_argument("--shaped-gbit", default="0.1,1,5")
     parser.add_argument("--rounds", type=int, default=2, help="loopback comparison repeats")
+    parser.add_argument(
+        "--loopback-frame-mib", type=float, default=LOOPBACK_FRAME_BYTES / MIB,
+        help="frame size on loopback, ours and the raw-socket peers",
+    )  # fmt: skip
     parser.add_argument("--shaped-frame-mib", type=float, default=SHAPED_FRAME_BYTES / MIB)
     parser.add_argument("--overlap-shaped-gbit", type=float, default=1.0, help="0: loopback only")
     parser.add_argument("--overlap-reps", type=int, default=7)
@@ -681,7 +770,8 @@ def main() -> None:
         "load_average_before": os.getloadavg(),
     }
     if "loopback" in parts:
-        report["loopback"] = loopback(args.mooncake_python, args.rounds)
+        frame = int(args.loopback_frame_mib * MIB)
+        report["loopback"] = loopback(args.mooncake_python, args.rounds, frame)
     if "shaped" in parts:
         frame_bytes = int(args.shaped_frame_mib * MIB)
         report["shaped_20ms_rtt"] = (
