@@ -42,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xxhash
 
 from prfaas.transfer import (
@@ -69,6 +70,9 @@ MIB = 2**20
 SECRET = b"benchmark-secret-not-for-production"
 IDENTITY = PeerIdentity(b"\x07" * 32, 16, 0)
 LAYER_BYTES = 8 * MIB
+MAX_REQUEST_BYTES = 256 * MIB
+
+
 CONNECTIONS = (1, 4, 8)
 SIZES_MIB = (1, 16, 64, 256)
 # Frames are striped over connections: on a slow link a 4 MiB frame holds one connection for
@@ -117,13 +121,21 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 
 # -- prfaas sender -------------------------------------------------------------------------
+@functools.cache
+def _source() -> memoryview:
+    """What every sender here sends: random bytes in memory of its own, one region per layer
+    of a request, as a prefill's KV is. Not `bytes(n)`: that is calloc'd, every page the one
+    shared zero page, so hashing and copying it always hit the cache."""
+    return memoryview(np.random.default_rng(0).bytes(MAX_REQUEST_BYTES))
+
+
 async def _send_requests(sender: Sender, address: PeerAddress, sizes: list[int], tag: str) -> None:
-    payload = memoryview(bytes(LAYER_BYTES))
+    payload = _source()
 
     async def one(index: int, size: int) -> None:
         transfer = await sender.start_transfer(address, RequestId(f"{tag}-{index}"))
         for layer, offset in enumerate(range(0, size, LAYER_BYTES)):
-            chunk = payload[: min(LAYER_BYTES, size - offset)]
+            chunk = payload[offset : offset + min(LAYER_BYTES, size - offset)]
             await transfer.send_slice(SliceKey(layer, 0, 0, 1), "uint8", (len(chunk),), chunk)
         await transfer.finish()
 
@@ -278,7 +290,7 @@ def _pyzmq(sizes_mib: tuple[int, ...], reps: int, frame_bytes: int) -> dict[str,
     data, acks = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
     data.connect(f"tcp://127.0.0.1:{data_port}")
     acks.connect(f"tcp://127.0.0.1:{ack_port}")
-    payload = memoryview(bytes(max(sizes_mib) * MIB))
+    payload = _source()
     out: dict[str, float] = {}
     try:
 
@@ -333,7 +345,7 @@ def _raw_socket(sizes_mib: tuple[int, ...], frame_bytes: int, check: bool) -> di
     )
     assert receiver.stdout is not None
     sock = socket.create_connection(("127.0.0.1", int(receiver.stdout.readline())))
-    payload = memoryview(bytes(max(sizes_mib) * MIB))
+    payload = _source()
     out: dict[str, float] = {}
     try:
 
