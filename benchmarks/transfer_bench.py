@@ -71,8 +71,6 @@ SECRET = b"benchmark-secret-not-for-production"
 IDENTITY = PeerIdentity(b"\x07" * 32, 16, 0)
 LAYER_BYTES = 8 * MIB
 MAX_REQUEST_BYTES = 256 * MIB
-
-
 CONNECTIONS = (1, 4, 8)
 SIZES_MIB = (1, 16, 64, 256)
 # Frames are striped over connections: on a slow link a 4 MiB frame holds one connection for
