@@ -1,10 +1,11 @@
 """KV transfer goodput vs physical limits and peers, side by side in one run.
 
 Prints JSON: (1) loopback goodput of prfaas.transfer for 1-256 MiB requests over 1, 4 and 8
-TCP connections, each stream count measured back to back with `iperf3 -P n` (raw TCP, the
-limit), a plain pyzmq PUSH/PULL transfer of the same sizes and Python's raw-socket ceiling
-(blocking sockets, nothing but the copies, with and without our XXH3 payload check), the sweep
-repeated `--rounds` times, plus Mooncake Transfer Engine over TCP (when a Python with
+TCP connections (64 MiB+ also with payload checks off at both ends), each stream count
+measured back to back with `iperf3 -P n` (raw TCP, the limit), a plain pyzmq PUSH/PULL
+transfer of the same sizes and Python's raw-socket ceiling (blocking sockets, nothing but the
+copies, with and without our XXH3 payload check), the sweep repeated `--rounds` times, plus
+Mooncake Transfer Engine over TCP (when a Python with
 `mooncake-transfer-engine-non-cuda` is given) and the acceptance ratios; (2) goodput through
 tbf-shaped links with 20 ms of RTT (delay on the return path, see
 `linkemu._return_path_delayed`), 1 vs 4 connections, next to iperf3 through the same link, the
@@ -83,14 +84,14 @@ SHAPED_FRAME_BYTES = MIB
 LOOPBACK_FRAME_BYTES = 8 * MIB
 
 
-def _config(connections: int) -> TransferConfig:
-    return TransferConfig(secret=SECRET, num_connections=connections)
+def _config(connections: int, payload_checks: bool = True) -> TransferConfig:
+    return TransferConfig(secret=SECRET, num_connections=connections, payload_checks=payload_checks)
 
 
 # -- receiver process ----------------------------------------------------------------------
-async def _receive(host: str) -> None:
+async def _receive(host: str, payload_checks: bool) -> None:
     sink = ArraySink(1024 * MIB, 2 * MIB)
-    receiver = Receiver(_config(1), IDENTITY, TcpTransport(), sink)
+    receiver = Receiver(_config(1, payload_checks), IDENTITY, TcpTransport(), sink)
     address = await receiver.start(PeerAddress(host, 0))
     print(address.port, flush=True)
     stdin_closed = asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -104,9 +105,13 @@ async def _receive(host: str) -> None:
     await receiver.close()
 
 
-def _start_receiver(host: str, netns: str | None = None) -> tuple[subprocess.Popen[str], int]:
+def _start_receiver(
+    host: str, netns: str | None = None, payload_checks: bool = True
+) -> tuple[subprocess.Popen[str], int]:
     prefix = ["ip", "netns", "exec", netns] if netns else []
     cmd = [*prefix, sys.executable, __file__, "--role", "receiver", "--host", host]
+    if not payload_checks:
+        cmd.append("--no-payload-checks")
     process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     return process, int(process.stdout.readline())
@@ -149,6 +154,7 @@ async def _goodput(
     netns: str | None = None,
     warmup_bytes: int = MIB,
     frame_bytes: int = 4 * MIB,
+    payload_checks: bool = True,
     signals: dict[str, object] | None = None,
 ) -> float:
     """Median goodput in Gbit/s of sending `sizes` (concurrently) `reps` times on a link warmed
@@ -157,7 +163,7 @@ async def _goodput(
     if netns is not None:
         factory = functools.partial(socket_in_netns, netns)
     config = replace(
-        _config(connections),
+        _config(connections, payload_checks),
         max_frame_bytes=frame_bytes,
         rate_burst_bytes=max(frame_bytes, 4 * MIB),
     )
@@ -373,10 +379,14 @@ def loopback(mooncake_python: str | None, rounds: int, frame_bytes: int) -> dict
     """Ours next to iperf3 at the same number of TCP streams, measured back to back and the
     whole comparison repeated `rounds` times: on a shared host the load shifts within seconds.
     After the one-connection cell, the one-connection peers: pyzmq and Python's raw-socket
-    ceiling with and without our payload check."""
+    ceiling with and without our payload check. Ours runs with payload checks (the default) at
+    every size, and without them (`payload_checks=False` at both ends) at 64 MiB+."""
     process, port = _start_receiver("127.0.0.1")
+    unchecked_process, unchecked_port = _start_receiver("127.0.0.1", payload_checks=False)
     address = PeerAddress("127.0.0.1", port)
+    unchecked_address = PeerAddress("127.0.0.1", unchecked_port)
     ours: dict[str, list[float]] = {}
+    unchecked: dict[str, list[float]] = {}
     iperf: dict[str, list[float]] = {}
     zmq: dict[str, list[float]] = {}
     raw: dict[str, dict[str, list[float]]] = {"plain": {}, "xxh3": {}}
@@ -394,6 +404,15 @@ def loopback(mooncake_python: str | None, rounds: int, frame_bytes: int) -> dict
                         _goodput(address, connections, sizes, reps, frame_bytes=frame_bytes)
                     )
                     ours.setdefault(f"{size_mib}MiB x{connections}conn", []).append(rate)
+                    if size_mib < 64:
+                        continue
+                    rate = asyncio.run(
+                        _goodput(
+                            unchecked_address, connections, sizes, reps,
+                            frame_bytes=frame_bytes, payload_checks=False,
+                        )
+                    )  # fmt: skip
+                    unchecked.setdefault(f"{size_mib}MiB x{connections}conn", []).append(rate)
                 if connections > 1:
                     continue
                 peer = _pyzmq(SIZES_MIB, 5, 4 * MIB)
@@ -407,16 +426,19 @@ def loopback(mooncake_python: str | None, rounds: int, frame_bytes: int) -> dict
                         runs.setdefault(key, []).append(value)
     finally:
         _stop(process)
+        _stop(unchecked_process)
     mooncake = {f"{s}MiB": _mooncake(mooncake_python, s * MIB, 3) for s in (64, 256)}
     return {
         "frame_bytes": frame_bytes,
         "prfaas_gbps": _spread(ours),
+        "prfaas_no_payload_checks_gbps": _spread(unchecked),
         "iperf3_gbps": _spread(iperf) if iperf else "not run: iperf3 is not installed",
         "pyzmq_push_pull_1conn_gbps": _spread(zmq) if zmq else zmq_status,
         "raw_python_socket_1conn_gbps": _spread(raw["plain"]),
         "raw_python_socket_xxh3_1conn_gbps": _spread(raw["xxh3"]),
         "mooncake_te_tcp": mooncake,
         "ratios_64MiB_plus": _ratios(ours, iperf, mooncake, zmq, raw),
+        "ratios_64MiB_plus_no_payload_checks": _ratios(unchecked, iperf, mooncake, zmq, raw),
         "ratios_all_sizes_vs_pyzmq": {
             f"{s}MiB x1conn / pyzmq": round(max(ours[f"{s}MiB x1conn"]) / max(zmq[f"{s}MiB"]), 3)
             for s in SIZES_MIB
@@ -744,6 +766,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--role", default="bench", choices=["bench", "receiver"])
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--no-payload-checks", action="store_true", help="receiver role only")
     parser.add_argument(
         "--mooncake-python",
         default=sys.executable if importlib.util.find_spec("mooncake") else None,
@@ -761,7 +784,7 @@ def main() -> None:
     parser.add_argument("--only", default="loopback,shaped,overlap")
     args = parser.parse_args()
     if args.role == "receiver":
-        asyncio.run(_receive(args.host))
+        asyncio.run(_receive(args.host, not args.no_payload_checks))
         return
     rates = [float(r) * 1e9 for r in args.shaped_gbit.split(",") if r]
     delay = LinkSpec(rate_bits_per_s=1e9, one_way_delay_s=0.01)

@@ -127,6 +127,54 @@ def test_incompatible_peer_is_refused(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("sender_checks", [True, False])
+def test_ends_that_disagree_on_payload_checks_are_refused(kind: str, sender_checks: bool) -> None:
+    async def scenario() -> None:
+        receiver_config = replace(CONFIG, payload_checks=not sender_checks)
+        sender_config = replace(CONFIG, payload_checks=sender_checks)
+        async with running_pair(
+            make_transport(kind), config=receiver_config, sender_config=sender_config
+        ) as pair:
+            with pytest.raises(IncompatiblePeerError) as info:
+                await pair.sender.start_transfer(pair.address, RequestId("r"))
+            assert info.value.reason is RejectReason.PAYLOAD_CHECKS
+            refusals = await collect(pair.receiver, CONFIG.num_connections)
+            assert all(isinstance(e, PeerRefused) for e in refusals)
+            assert pair.receiver.num_active_requests == 0
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_payload_checks_bytes_arrive_and_a_corrupt_payload_goes_unnoticed(
+    kind: str,
+) -> None:
+    """The documented trade of `payload_checks=False`: integrity is left to TCP, so a payload
+    corrupted past TCP's checksum (here: before it reaches the socket) is delivered as is."""
+
+    async def scenario() -> None:
+        inner = make_transport(kind)
+        faulty = FaultyTransport(inner)
+        unchecked = replace(CONFIG, payload_checks=False)
+        async with running_pair(inner, config=unchecked, sender_transport=faulty) as pair:
+            transfer = await pair.sender.start_transfer(pair.address, RequestId("clean"))
+            await _send_layers(transfer, 2)
+            await transfer.finish()
+            faulty.corrupt_part = "payload"
+            transfer = await pair.sender.start_transfer(pair.address, RequestId("dirty"))
+            await _send_layers(transfer, 1)
+            await transfer.finish()
+            events = await collect(pair.receiver, 2)
+            assert [type(e) for e in events] == [TransferReceived, TransferReceived]
+            clean = pair.sink.committed(RequestId("clean"))
+            assert all(data == BLOB for _, data in clean.values())
+            (dirty,) = pair.sink.committed(RequestId("dirty")).values()
+            assert dirty[1] != BLOB and len(dirty[1]) == len(BLOB)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_cut_connection_fails_sender_and_frees_every_page(kind: str) -> None:
     async def scenario() -> None:
         inner = make_transport(kind)

@@ -33,7 +33,7 @@ def test_prefix_layout_matches_the_spec() -> None:
     raw = encode_header(FrameKind.DATA, b"meta", payload_len=1000, payload_check=0xDEADBEEF)
     assert PREFIX.size == 24
     assert raw[0:2] == b"PF"
-    assert raw[2] == 2 and raw[3] == FrameKind.DATA
+    assert raw[2] == 3 and raw[3] == FrameKind.DATA
     assert int.from_bytes(raw[4:8], "big") == 4
     assert int.from_bytes(raw[8:16], "big") == 1000
     assert int.from_bytes(raw[16:20], "big") == 0xDEADBEEF
@@ -50,8 +50,10 @@ def test_a_payload_check_filled_in_later_seals_the_same_header() -> None:
 @pytest.mark.parametrize(
     "message",
     [
-        Hello(SessionId(b"s" * 16), 3, IDENTITY, b"n" * 32),
-        Challenge(IDENTITY, b"n" * 32, b"m" * 32),
+        Hello(SessionId(b"s" * 16), 3, IDENTITY, True, b"n" * 32),
+        Hello(SessionId(b"s" * 16), 3, IDENTITY, False, b"n" * 32),
+        Challenge(IDENTITY, True, b"n" * 32, b"m" * 32),
+        Challenge(IDENTITY, False, b"n" * 32, b"m" * 32),
         Reject(RejectReason.BLOCK_SIZE, "block size 32 != 16 tokens"),
         RequestMark(RequestId("req-7"), 12, 1 << 40),
         Abort(RequestId("req-7"), AbortReason.STALLED, "no progress"),

@@ -43,6 +43,7 @@ class RejectReason(IntEnum):
     BLOCK_SIZE = 4
     HASH_SEED = 5
     MALFORMED = 6
+    PAYLOAD_CHECKS = 7
 
 
 class TransferError(Exception):

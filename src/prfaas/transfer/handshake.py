@@ -78,6 +78,17 @@ def incompatibility(ours: PeerIdentity, theirs: PeerIdentity) -> Reject | None:
     return None
 
 
+def _checks_differ(ours: bool, theirs: bool) -> Reject | None:
+    """Payload checks are on at both ends or off at both: a receiver must never take a
+    payload unchecked that its sender meant to be checked, nor the other way round."""
+    if ours == theirs:
+        return None
+    state = {True: "on", False: "off"}
+    return Reject(
+        RejectReason.PAYLOAD_CHECKS, f"payload checks {state[theirs]} there, {state[ours]} here"
+    )
+
+
 def _mac(secret: bytes, role: bytes, hello: Hello, challenge: Challenge) -> bytes:
     message = b"prfaas-" + role + hello.encode() + challenge.unsigned()
     return hmac.new(secret, message, hashlib.sha256).digest()
@@ -107,26 +118,28 @@ async def client_handshake(
     *,
     secret: bytes,
     identity: PeerIdentity,
+    payload_checks: bool,
     session_id: SessionId,
     connection_index: int,
     timeout_s: float,
 ) -> None:
     """Run the sender's side; raises a HandshakeError subclass when refused or refusing."""
-    hello = Hello(session_id, connection_index, identity, secrets.token_bytes(NONCE_BYTES))
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    hello = Hello(session_id, connection_index, identity, payload_checks, nonce)
     with translated_errors(f"handshake with {conn.peer_name}"):
-        await asyncio.wait_for(_client_steps(conn, secret, identity, hello), timeout_s)
+        await asyncio.wait_for(_client_steps(conn, secret, hello), timeout_s)
 
 
-async def _client_steps(
-    conn: FramedConnection, secret: bytes, identity: PeerIdentity, hello: Hello
-) -> None:
+async def _client_steps(conn: FramedConnection, secret: bytes, hello: Hello) -> None:
     await conn.send(FrameKind.HELLO, hello.encode())
     challenge = Challenge.decode((await _expect(conn, FrameKind.CHALLENGE)).meta)
     if not hmac.compare_digest(challenge.server_mac, _mac(secret, b"server", hello, challenge)):
         raise await _refuse(
             conn, Reject(RejectReason.AUTHENTICATION, "server did not prove the shared secret")
         )
-    reject = incompatibility(identity, challenge.identity)
+    reject = incompatibility(hello.identity, challenge.identity) or _checks_differ(
+        hello.payload_checks, challenge.payload_checks
+    )
     if reject is not None:
         raise await _refuse(conn, reject)
     await conn.send(FrameKind.AUTH, _mac(secret, b"client", hello, challenge))
@@ -134,14 +147,21 @@ async def _client_steps(
 
 
 async def server_handshake(
-    conn: FramedConnection, secret: bytes, identity: PeerIdentity, timeout_s: float
+    conn: FramedConnection,
+    secret: bytes,
+    identity: PeerIdentity,
+    payload_checks: bool,
+    timeout_s: float,
 ) -> Hello:
     """Run the receiver's side; returns the admitted client's HELLO."""
     with translated_errors(f"handshake with {conn.peer_name}"):
-        return await asyncio.wait_for(_server_steps(conn, secret, identity), timeout_s)
+        steps = _server_steps(conn, secret, identity, payload_checks)
+        return await asyncio.wait_for(steps, timeout_s)
 
 
-async def _server_steps(conn: FramedConnection, secret: bytes, identity: PeerIdentity) -> Hello:
+async def _server_steps(
+    conn: FramedConnection, secret: bytes, identity: PeerIdentity, payload_checks: bool
+) -> Hello:
     first = await conn.read_frame()
     if first.prefix.version != PROTOCOL_VERSION:
         raise await _refuse(
@@ -150,15 +170,19 @@ async def _server_steps(conn: FramedConnection, secret: bytes, identity: PeerIde
     if first.kind is not FrameKind.HELLO:
         raise await _refuse(conn, Reject(RejectReason.MALFORMED, "expected HELLO"))
     hello = Hello.decode(first.meta)
-    unsigned = Challenge(identity, secrets.token_bytes(NONCE_BYTES), b"\0" * MAC_BYTES)
-    challenge = Challenge(identity, unsigned.nonce, _mac(secret, b"server", hello, unsigned))
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    unsigned = Challenge(identity, payload_checks, nonce, b"\0" * MAC_BYTES)
+    mac = _mac(secret, b"server", hello, unsigned)
+    challenge = Challenge(identity, payload_checks, nonce, mac)
     await conn.send(FrameKind.CHALLENGE, challenge.encode())
     auth = await _expect(conn, FrameKind.AUTH)
     if not hmac.compare_digest(auth.meta, _mac(secret, b"client", hello, challenge)):
         raise await _refuse(
             conn, Reject(RejectReason.AUTHENTICATION, "client did not prove the shared secret")
         )
-    reject = incompatibility(identity, hello.identity)
+    reject = incompatibility(identity, hello.identity) or _checks_differ(
+        payload_checks, hello.payload_checks
+    )
     if reject is not None:
         raise await _refuse(conn, reject)
     await conn.send(FrameKind.READY, b"")

@@ -120,14 +120,15 @@ class PeerLink:
             raw = await transport.connect(self.address)
         except OSError as exc:
             raise ConnectionLostError(f"cannot connect to {self.address}: {exc!r}") from exc
-        conn = FramedConnection(raw)
-        self._connections.append(conn)
         c = self._config
+        conn = FramedConnection(raw, c.payload_checks)
+        self._connections.append(conn)
         try:
             await client_handshake(
                 conn,
                 secret=c.secret,
                 identity=self._identity,
+                payload_checks=c.payload_checks,
                 session_id=self._session_id,
                 connection_index=index,
                 timeout_s=c.handshake_timeout_s,

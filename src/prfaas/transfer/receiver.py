@@ -141,10 +141,12 @@ class Receiver:
 
     # -- connections ---------------------------------------------------------------------------
     async def _serve(self, raw: Connection) -> None:
-        conn = FramedConnection(raw)
         c = self._config
+        conn = FramedConnection(raw, c.payload_checks)
         try:
-            hello = await server_handshake(conn, c.secret, self._identity, c.handshake_timeout_s)
+            hello = await server_handshake(
+                conn, c.secret, self._identity, c.payload_checks, c.handshake_timeout_s
+            )
         except TransferError as exc:
             refusal = exc.reason if isinstance(exc, HandshakeError) else None
             self._emit(PeerRefused(conn.peer_name, refusal, str(exc)))
@@ -206,10 +208,10 @@ class Receiver:
         if request is None or views is None:
             await conn.discard_payload(nbytes)
         else:
-            check = await self._read_payload(conn, request, views)
+            intact = await self._read_payload(conn, frame, request, views)
             if request.is_aborted:
                 pass  # aborted (from another connection) while the payload landed: drop it
-            elif check != frame.prefix.payload_check:
+            elif not intact:
                 message = f"payload checksum mismatch in frame {header.seq} of {rid}"
                 await self._abort(session, rid, AbortReason.CHECKSUM_MISMATCH, message, conn)
             else:
@@ -222,14 +224,14 @@ class Receiver:
             await self._complete_if_ready(session, conn, request)
 
     async def _read_payload(
-        self, conn: FramedConnection, request: _Incoming, views: list[memoryview]
-    ) -> int:
-        """Read into the request's pages (returns the payload check); an abort meanwhile defers
-        freeing them to the end of the read, so pages still being written are never handed to
-        another request."""
+        self, conn: FramedConnection, frame: Frame, request: _Incoming, views: list[memoryview]
+    ) -> bool:
+        """Read into the request's pages (True: the payload passed its check); an abort
+        meanwhile defers freeing them to the end of the read, so pages still being written are
+        never handed to another request."""
         request.reads_in_flight += 1
         try:
-            return await conn.read_payload_into(views)
+            return await conn.read_payload_into(frame, views)
         finally:
             request.reads_in_flight -= 1
             if request.is_aborted and request.reads_in_flight == 0:
