@@ -96,12 +96,13 @@ class ArraySink:
         self._return(held)
 
     def committed(self, request_id: RequestId) -> dict[SliceKey, tuple[SliceMeta, bytes]]:
-        """A committed request's slices, reassembled (tests compare these bit for bit)."""
+        """A committed request's slices, each gathered from its pages in one copy (the decode
+        side imports them; tests compare them bit for bit)."""
         held = self._held[request_id]
         if not held.is_committed:
             raise ValueError(f"{request_id} is not committed")
         return {
-            key: (meta, b"".join(bytes(v) for v in self._views(meta.nbytes, pages)))
+            key: (meta, b"".join(self._views(meta.nbytes, pages)))
             for key, (meta, pages) in held.slices.items()
         }
 
