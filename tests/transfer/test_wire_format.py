@@ -116,3 +116,12 @@ def test_unknown_kind_and_bad_magic_are_frame_errors() -> None:
         decode_prefix(bytes(raw[:24]))
     with pytest.raises(FrameError, match="magic"):
         decode_prefix(b"GET / HTTP/1.1\r\nHost: x\r\n"[:24])
+
+
+def test_unknown_handshake_flags_are_a_frame_error() -> None:
+    meta = bytearray(Hello(SessionId(b"s" * 16), 0, IDENTITY, True, b"n" * 32).encode())
+    flags_at = len(meta) - 32 - 1  # the flags byte sits right before the nonce
+    assert meta[flags_at] == 0x01
+    meta[flags_at] = 0x03
+    with pytest.raises(FrameError, match="unknown handshake flags"):
+        Hello.decode(bytes(meta))

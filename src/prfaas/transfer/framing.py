@@ -61,7 +61,8 @@ class FramedConnection:
         self._write_lock = asyncio.Lock()
         self._prefix_buffer = bytearray(PREFIX.size)
         self.bytes_sent = 0
-        # Whether DATA payloads carry and get a check: the handshake's agreed setting.
+        # Whether DATA payloads carry and get a check (`TransferConfig.payload_checks`; the
+        # handshake refuses a peer set otherwise).
         self.payload_checks = payload_checks
 
     @property
@@ -69,8 +70,8 @@ class FramedConnection:
         return self._connection.peer_name
 
     async def send(self, kind: FrameKind, meta: bytes, payload: Buffer | None = None) -> None:
-        """Send one frame; the payload checksum is computed once, from the source bytes, on
-        the thread that sends them, just before they are sent.
+        """Send one frame. With payload checks on, a DATA payload's check is computed once,
+        from the source bytes, on the thread that sends them, just before they are sent.
 
         Header and payload go to the connection as separate parts (a scatter-gather write):
         the payload is never copied into a frame buffer."""
