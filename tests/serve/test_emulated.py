@@ -25,6 +25,7 @@ from prfaas.serve.config import (
 )
 from prfaas.serve.emulated import layer_bytes, output_token
 from prfaas.serve.errors import DeploymentError
+from prfaas.serve.instance import build_runtime
 from prfaas.serve.launcher import Launcher
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 
@@ -108,13 +109,12 @@ def test_layer_bytes_add_up_and_outputs_are_deterministic() -> None:
 # --- a live emulated deployment ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    deployment = Deployment(
+def _deployment(payload_checks: bool) -> Deployment:
+    return Deployment(
         model="prfaas-1t",
         block_tokens=16,
         threshold_tokens=128,
+        payload_checks=payload_checks,
         router=RouterSpec(port=0),
         emulation=EmulationSpec(time_factor=0.01, byte_factor=BYTE_FACTOR),
         instances=(
@@ -123,7 +123,24 @@ def launcher() -> Iterator[Launcher]:
             emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
         ),
     )
-    launcher = Launcher(deployment)
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_every_instance_transfers_with_the_deployment_payload_check_setting(
+    checks: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PRFAAS_TRANSFER_SECRET", "unit-test-secret-0123456789")
+    deployment = _deployment(checks)
+    for spec in deployment.instances:
+        assert build_runtime(deployment, spec.name).transfer_config.payload_checks is checks
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    """The live deployment of this module runs with payload checks off (test_e2e's torch
+    deployments run them on), so both settings cross real links end to end."""
+    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
+    launcher = Launcher(_deployment(payload_checks=False))
     launcher.start()
     try:
         launcher.wait_healthy(timeout_s=60)

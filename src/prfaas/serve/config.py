@@ -205,6 +205,10 @@ class Deployment(_Strict):
     hash_seed: int = 0
     threshold_tokens: int = Field(default=96, ge=0)
     secret: str | None = None
+    # XXH3 check of every KV payload byte (prfaas.transfer, docs/protocol.md). Off only when
+    # every instance shares trusted hardware (one host, ECC memory): TCP's checksum is then
+    # the only guard. One setting for the whole deployment, so every link agrees.
+    payload_checks: bool = True
     router: RouterSpec = RouterSpec()
     link: LinkSpec = LinkSpec()
     emulation: EmulationSpec = EmulationSpec()

@@ -178,6 +178,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         max_bytes_in_flight=16 * 2**20,
         rate_limit_bytes_per_s=token_bucket_bytes_per_s(deployment, spec),
         rate_burst_bytes=1 * 2**20,
+        payload_checks=deployment.payload_checks,
     )
     return InstanceRuntime(spec, deployment, backend, info, config)
 
