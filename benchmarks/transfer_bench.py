@@ -339,7 +339,7 @@ while conn.recv_into(head, 8, socket.MSG_WAITALL) == 8:
 
 
 def _raw_socket(sizes_mib: tuple[int, ...], frame_bytes: int, check: bool) -> dict[str, float]:
-    """Python's own ceiling: one blocking TCP socket per side, `frame_bytes` per `sendmsg` /
+    """Python's own ceiling: one blocking TCP socket per side, `frame_bytes` per `sendall` /
     `recv_into(MSG_WAITALL)` from a large source into a large destination, and (with `check`)
     the payload check ours computes, XXH3-64 of every frame on both sides; nothing else."""
     receiver = subprocess.Popen(
