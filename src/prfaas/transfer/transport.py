@@ -6,8 +6,8 @@ A transport moves bytes; it knows nothing of frames. The sender and receiver are
 Plain TCP (`_SocketStream`) drives a blocking socket from two threads per connection, one per
 direction, so the event loop wakes once per frame rather than once per socket-buffer's worth:
 a write is one `sendmsg` of the header and the payload from their own buffers (no
-concatenation, no copy into a transport buffer), and a large read is one
-`recv_into(..., MSG_WAITALL)` straight into the destination pages; both release the GIL. Small
+concatenation, no copy into a transport buffer), and a large read is one scatter
+`recvmsg_into(..., MSG_WAITALL)` straight into the destination pages; both release the GIL. Small
 reads (frame headers, ACKs) go through a staging buffer, from the event loop without blocking,
 waiting for readiness in the loop's own selector: no thread hand-off (two context switches)
 per frame header. Writes, even small ones, stay on the writer thread: a send must take the
@@ -17,7 +17,8 @@ must not wait for that. TLS (`_TcpStream`) is an
 Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`; `framing`
 translates those into the package's exception tree.
 
-Lifecycle: `connect` / `listen` -> `read_into` / `write` -> `close` (orderly) or `abort` (reset).
+Lifecycle: `connect` / `listen` -> `read_into` / `readv_into` / `write` -> `close` (orderly) or
+`abort` (reset).
 """
 
 from __future__ import annotations
