@@ -34,13 +34,10 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch  # noqa: TID251  (the baseline calls transformers' generate() directly)
@@ -54,28 +51,14 @@ from prfaas.engine import (
     build_preset,
 )
 from prfaas.engine.tokenizer import BYTE_VOCAB_SIZE
+from provenance import git_sha, host
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 BATCH_SIZES = (1, 8, 32)
 CACHED_FRACTIONS = (0.0, 0.5, 0.9)
 SECTIONS = ("single_request", "batch", "ttft")
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def _git_sha() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO_ROOT,
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain"], capture_output=True, text=True, check=False, cwd=REPO_ROOT
-    )
-    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _prompt(rng: random.Random, num_tokens: int) -> list[int]:
@@ -455,11 +438,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             "batch_sizes": list(BATCH_SIZES),
             "cached_fractions": list(CACHED_FRACTIONS),
         },
-        "git_sha": _git_sha(),
-        "host": {
-            "node": platform.node(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
+        "git_sha": git_sha(),
+        "host": host()
+        | {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "torch_threads": torch.get_num_threads(),

@@ -24,9 +24,6 @@ import argparse
 import gc
 import itertools
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -59,6 +56,7 @@ from prfaas.specs.model import (
     MlaAttention,
     ModelSpec,
 )
+from provenance import git_sha, host
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -389,33 +387,6 @@ def index_latency(rows: Sequence[Row], num_instances: int = 8) -> dict[str, Any]
 
 
 # --- report ----------------------------------------------------------------------------------
-
-
-def git_sha() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except OSError:
-        return "unknown"
-    diff = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, check=False
-    )
-    dirty = bool(diff.stdout.strip())
-    return out.stdout.strip() + ("+dirty" if dirty else "")
-
-
-def host() -> dict[str, Any]:
-    return {
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "system": platform.system(),
-    }
 
 
 def markdown(result: dict[str, Any]) -> str:

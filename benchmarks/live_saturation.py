@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from prfaas.sim.arrivals import trace_arrivals
 from prfaas.sim.config import build_run_config
 from prfaas.sim.runner import Simulator
 from prfaas.workload.trace import read_mooncake_trace
+from provenance import git_sha, host
 from sim_vs_live import LAYOUTS, PRFAAS, ROOT, scenario_yaml
 
 PLANNER_KEYS = {
@@ -301,15 +301,12 @@ def main() -> None:
                 "live": _ratio(live_p90[1], live_p90[0]),
             },
         }
-    sha = subprocess.run(
-        ["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True, cwd=ROOT
-    )
     result = {
         "benchmark": "live_saturation",
         "config": {**vars(args), "time_factor": time_factor, "output_tokens": OUTPUT_TOKENS}
         | {"rates_per_s": rates, "workload": workload_spec(OUTPUT_TOKENS)},
-        "git_sha": sha.stdout.strip(),
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "git_sha": git_sha(),
+        "host": host(),
         "layouts": rows,
         "comparison": comparison,
     }

@@ -11,20 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
 import statistics
-import subprocess
 
 from prfaas.specs.calibration import MeasuredPhi, fit_prefill_constants, paper_cells
 from prfaas.specs.catalog import get_chip
 from prfaas.specs.perf import RooflineProfile, kv_throughput_gbps
-
-
-def _git_sha() -> str:
-    result = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return result.stdout.strip() or "unknown"
+from provenance import git_sha, host
 
 
 def main() -> None:
@@ -61,8 +53,8 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "prefill_model_accuracy",
-                "git_sha": _git_sha(),
-                "host": platform.node(),
+                "git_sha": git_sha(),
+                "host": host(),
                 "fit": dataclasses.asdict(fit),
                 "in_sample": spread(in_sample)
                 | {

@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,15 +20,11 @@ import numpy as np
 from prfaas.planner.scenario import ArrivalsFile, SimulationFile, read_scenario_file
 from prfaas.sim.api import simulate_body, with_trace
 from prfaas.sim.queueing import run_tandem
+from provenance import git_sha, host
 
 TRACE = (
     Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 )
-
-
-def _git_sha() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return out.stdout.strip()
 
 
 def bench_trace() -> dict[str, object]:
@@ -131,9 +125,8 @@ def main() -> None:
     parser.add_argument("--tandem", type=int, default=200_000)
     args = parser.parse_args()
     result = {
-        "git_sha": _git_sha(),
-        "host": platform.node(),
-        "python": platform.python_version(),
+        "git_sha": git_sha(),
+        "host": host(),
         "load_avg_start": os.getloadavg(),  # a shared host: compare cpu_s, not only wall_s
         "tandem": bench_tandem(args.tandem),
         "trace": bench_trace(),

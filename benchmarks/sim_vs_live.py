@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 from prfaas.serve.config import load_deployment
 from prfaas.serve.launcher import Launcher
+from provenance import git_sha, host
 
 ROOT = Path(__file__).resolve().parents[1]
 PRFAAS = str(ROOT / ".venv" / "bin" / "prfaas")
@@ -197,15 +197,12 @@ def main() -> None:
                 {"workload": workload, "layout": layout, "sim": sim, "live": got, "rel": rel}
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    sha = subprocess.run(
-        ["git", "rev-parse", "HEAD"], check=False, capture_output=True, text=True, cwd=ROOT
-    )
     result = {
         "benchmark": "sim_vs_live",
         "loadavg": os.getloadavg(),
         "config": {**vars(args), "time_factor": TIME_FACTOR, "max_context": MAX_CONTEXT_TOKENS},
-        "git_sha": sha.stdout.strip(),
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "git_sha": git_sha(),
+        "host": host(),
         "rows": rows,
     }
     text = json.dumps(result, indent=2)

@@ -30,7 +30,6 @@ import functools
 import importlib.util
 import json
 import os
-import platform
 import random
 import shutil
 import socket
@@ -66,6 +65,7 @@ from prfaas.transfer.linkemu import (
 )
 from prfaas.transfer.transport import SocketFactory
 from prfaas.transfer.wire import PeerIdentity
+from provenance import git_sha, host
 
 MIB = 2**20
 SECRET = b"benchmark-secret-not-for-production"
@@ -755,13 +755,6 @@ def layer_overlap(
     return out
 
 
-def _git_sha() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return out.stdout.strip() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--role", default="bench", choices=["bench", "receiver"])
@@ -792,9 +785,8 @@ def main() -> None:
     parts = set(args.only.split(","))
     report: dict[str, object] = {
         "benchmark": "transfer_bench",
-        "git_sha": _git_sha(),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
+        "git_sha": git_sha(),
+        "host": host(),
         # Loopback goodput depends on it more than on anything we do: on the 2-core host,
         # iperf3 -P 1 reached 20 Gbit/s under bbr and 58 under cubic (docs/benchmarks.md).
         "tcp_congestion_control": Path("/proc/sys/net/ipv4/tcp_congestion_control")
