@@ -20,7 +20,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from prfaas.engine import (
     BadRequestError,
@@ -53,6 +53,7 @@ from prfaas.transfer import identity_for
 MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
 
+T = TypeVar("T")
 Sink = Callable[[Any], None]  # takes the engine's items; hands `serve.backend` items on
 EngineItem = ExportRecord | TokenEvent | Completion
 
@@ -154,16 +155,7 @@ class EngineWorker:
     def cached_prefix_tokens(
         self, loop: asyncio.AbstractEventLoop, tokens: list[int]
     ) -> asyncio.Future[int]:
-        fut: asyncio.Future[int] = loop.create_future()
-
-        def command() -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, fut, self.engine.cached_prefix_tokens(tokens))
-            except Exception as err:
-                loop.call_soon_threadsafe(_fail, fut, err)
-
-        self._commands.put(command)
-        return fut
+        return self._call(loop, lambda: self.engine.cached_prefix_tokens(tokens))
 
     def decode(
         self,
@@ -200,18 +192,12 @@ class EngineWorker:
     ) -> asyncio.Future[list[KvSlice]]:
         """The pool's restorable prefix of `tokens` (<= max_tokens) as one slice per group
         (`serve.backend.PrefixMover`); no slices when the pool holds none."""
-        fut: asyncio.Future[list[KvSlice]] = loop.create_future()
 
-        def command() -> None:
-            try:
-                export = self.engine.export_prefix(tokens, max_tokens)
-                slices = [] if export is None else _prefix_slices(export)
-                loop.call_soon_threadsafe(_settle, fut, slices)
-            except Exception as err:
-                loop.call_soon_threadsafe(_fail, fut, err)
+        def slices() -> list[KvSlice]:
+            export = self.engine.export_prefix(tokens, max_tokens)
+            return [] if export is None else _prefix_slices(export)
 
-        self._commands.put(command)
-        return fut
+        return self._call(loop, slices)
 
     def import_prefix(
         self,
@@ -221,7 +207,6 @@ class EngineWorker:
         slices: Sequence[KvSlice],
     ) -> asyncio.Future[int]:
         """Insert a moved prefix into the pool; the tokens restorable now (0: no room)."""
-        fut: asyncio.Future[int] = loop.create_future()
         groups = self.engine.paged.config.layout.groups
         records = tuple(
             PrefixRecord(
@@ -236,10 +221,16 @@ class EngineWorker:
         block = self.engine.paged.block_tokens
         export = PrefixExport(tuple(tokens), len(tokens) // block, records)
 
+        return self._call(loop, lambda: self.engine.import_prefix(export, move_id) * block)
+
+    def _call(self, loop: asyncio.AbstractEventLoop, work: Callable[[], T]) -> asyncio.Future[T]:
+        """Run `work` on the engine thread, in turn with the batch; its result or error
+        settles the returned future on `loop`."""
+        fut: asyncio.Future[T] = loop.create_future()
+
         def command() -> None:
             try:
-                blocks = self.engine.import_prefix(export, move_id)
-                loop.call_soon_threadsafe(_settle, fut, blocks * block)
+                loop.call_soon_threadsafe(_settle, fut, work())
             except Exception as err:
                 loop.call_soon_threadsafe(_fail, fut, err)
 
