@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sim_fixtures import write_scenario
 
-from prfaas.planner.scenario import read_scenario_file
+from prfaas.planner.scenario import ScenarioFile, read_scenario_file
 from prfaas.scheduler import RouteDecision
 from prfaas.sim.api import build_scenario, simulate_body
 from prfaas.sim.arrivals import trace_arrivals
@@ -40,7 +40,8 @@ def _trace(tmp: Path) -> Path:
     return path
 
 
-def test_moved_prefix_lands_in_the_target_pool(tmp_path: Path) -> None:
+def _scenario(tmp_path: Path) -> tuple[Path, ScenarioFile, Path]:
+    """One PrfaaS, one PD-P, one PD-D; t = 8192: the trace's first request goes to PrfaaS."""
     trace = _trace(tmp_path)
     path = write_scenario(
         tmp_path,
@@ -52,6 +53,11 @@ def test_moved_prefix_lands_in_the_target_pool(tmp_path: Path) -> None:
         },
     )
     body, base = read_scenario_file(str(path))
+    return trace, body, base
+
+
+def test_moved_prefix_lands_in_the_target_pool(tmp_path: Path) -> None:
+    trace, body, base = _scenario(tmp_path)
     config = build_run_config(build_scenario(body, base, "x"), body, base, "prfaas")
     requests = trace_arrivals(read_mooncake_trace(trace), 1.0, None)
     sim = Simulator(config, requests)
@@ -83,16 +89,6 @@ def test_moved_prefix_lands_in_the_target_pool(tmp_path: Path) -> None:
 
 
 def test_compare_still_runs_with_moves(tmp_path: Path) -> None:
-    trace = _trace(tmp_path)
-    path = write_scenario(
-        tmp_path,
-        workload={"trace": {"path": trace.name, "cache_capacity_blocks": None}},
-        arrivals={"process": "trace", "time_scale": 1.0},
-        simulation={
-            "prefix_cache_gib": 512,
-            "deployment": {"n_prfaas": 1, "n_p": 1, "n_d": 1, "threshold_tokens": 8192},
-        },
-    )
-    body, base = read_scenario_file(str(path))
+    _, body, base = _scenario(tmp_path)
     runs = simulate_body(body, base, "x", ["prfaas", "dynamo"])
     assert [r.report.summary.num_completed for r in runs] == [3, 3]
