@@ -27,13 +27,16 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prfaas.transfer.delayline import enter_netns
 from prfaas.transfer.errors import LinkEmulationError
 from prfaas.transfer.transport import PeerAddress, SocketFactory
+
+T = TypeVar("T")
 
 DEFAULT_MTU_BYTES = 9000
 TBF_LATENCY_MS = 50
@@ -95,42 +98,41 @@ def unavailable_reason(spec: LinkSpec | None = None) -> str | None:
 
 def socket_in_netns(netns: str) -> socket.socket:
     """A TCP socket that lives in network namespace `netns`."""
-    made: list[socket.socket] = []
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            enter_netns(netns)
-            made.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-        except OSError as exc:
-            failed.append(exc)
-
-    thread = threading.Thread(target=work, name=f"netns-{netns}")
-    thread.start()
-    thread.join()
-    if failed:
-        raise LinkEmulationError(f"cannot open a socket in {netns}: {failed[0]}")
-    return made[0]
+    return _in_netns(
+        netns, "open a socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    )
 
 
 def _write_sysctls(netns: str, values: dict[str, str]) -> None:
     """Write /proc/sys entries inside `netns` (/proc/sys/net is per network namespace)."""
-    failed: list[BaseException] = []
 
-    def work() -> None:
+    def write() -> None:
+        for name, value in values.items():
+            with open(f"/proc/sys/{name}", "w") as f:
+                f.write(value)
+
+    _in_netns(netns, "set sysctls", write)
+
+
+def _in_netns(netns: str, what: str, work: Callable[[], T]) -> T:
+    """`work()` on a short-lived thread that has entered `netns`: setns moves only the calling
+    thread, so the caller's own namespace never changes."""
+    done: list[T] = []
+    failed: list[OSError] = []
+
+    def run() -> None:
         try:
             enter_netns(netns)
-            for name, value in values.items():
-                with open(f"/proc/sys/{name}", "w") as f:
-                    f.write(value)
+            done.append(work())
         except OSError as exc:
             failed.append(exc)
 
-    thread = threading.Thread(target=work, name=f"sysctl-{netns}")
+    thread = threading.Thread(target=run, name=f"netns-{netns}")
     thread.start()
     thread.join()
     if failed:
-        raise LinkEmulationError(f"cannot set sysctls in {netns}: {failed[0]}")
+        raise LinkEmulationError(f"cannot {what} in {netns}: {failed[0]}")
+    return done[0]
 
 
 def _ip(*args: str) -> None:
