@@ -1,12 +1,20 @@
 """Sampling parameters and the per-request sampler.
 
-Greedy when `temperature == 0`; otherwise temperature, then top-k, then top-p (nucleus), drawn
-from a `torch.Generator` seeded per request, so a request's tokens do not depend on what else
-shares its batch.
+Greedy when `temperature < MIN_TEMPERATURE` (0 included: float32 logits divided by a denormal
+such as 1e-45 overflow to inf); otherwise temperature, then top-k, then top-p (nucleus, always
+keeping the most likely token, so a top_p that underflows float32 is greedy rather than an
+empty distribution), drawn from a `torch.Generator` seeded per request, so a request's tokens
+do not depend on what else shares its batch.
+
+No parameter value can make the sampler raise inside a batch step (which would fail every
+request in the batch): `SamplingParams` refuses what the engine cannot honour (a seed outside
+signed 64 bits, non-finite values, empty stop strings) with a `BadRequestError` at submit
+time, and a distribution that still comes out invalid falls back to the greedy token.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -14,6 +22,9 @@ import torch
 
 from prfaas.engine import config as _config  # noqa: F401  (offline environment first)
 from prfaas.engine.errors import BadRequestError
+
+MIN_TEMPERATURE = 1e-5  # below: greedy (as vLLM's _SAMPLING_EPS)
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # what torch.Generator.manual_seed takes, signed
 
 
 class FinishReason(StrEnum):
@@ -35,8 +46,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
             raise BadRequestError(f"max_tokens must be positive, got {self.max_tokens}")
+        if not (math.isfinite(self.temperature) and math.isfinite(self.top_p)):
+            raise BadRequestError("temperature and top_p must be finite")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise BadRequestError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+        if not SEED_MIN <= self.seed <= SEED_MAX:
+            raise BadRequestError(f"seed must be in [{SEED_MIN}, {SEED_MAX}]")
+        if any(not stop for stop in self.stop):
+            raise BadRequestError("stop strings must not be empty")
 
 
 class Sampler:
@@ -48,7 +65,7 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor) -> int:
         p = self._params
-        if p.temperature == 0:
+        if p.temperature < MIN_TEMPERATURE:
             return int(torch.argmax(logits).item())
         scores = logits.float() / p.temperature
         if p.top_k:
@@ -58,6 +75,9 @@ class Sampler:
             ordered, order = torch.sort(scores, descending=True)
             cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
             drop = cumulative - torch.softmax(ordered, dim=-1) >= p.top_p
+            drop[0] = False  # the most likely token always stays
             scores = scores.scatter(0, order[drop], float("-inf"))
         probs = torch.softmax(scores, dim=-1)
+        if not bool(torch.isfinite(probs).all()) or float(probs.sum()) <= 0:
+            return int(torch.argmax(logits).item())
         return int(torch.multinomial(probs.cpu(), 1, generator=self._generator).item())

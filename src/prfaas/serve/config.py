@@ -75,6 +75,9 @@ class RouterSpec(_Strict):
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     poll_interval_s: float = Field(default=0.2, gt=0)
     request_timeout_s: float = Field(default=120.0, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's headers, from connecting
+    body_timeout_s: float = Field(default=30.0, gt=0)  # a request's whole body, once headers are in
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)  # idle between keep-alive requests
     cache_moves: bool = True  # carry out the scheduler's cross-cluster prefix moves (torch)
     decode_reuse: bool = True  # ship only the attention KV the decode instance lacks (torch)
 

@@ -8,6 +8,8 @@
     ├── ModelNotFoundError          404
     ├── NotFoundError               404 (admin: no such instance)
     ├── PayloadTooLargeError        413
+    ├── UnsupportedMediaTypeError   415 (a request body that is not JSON)
+    ├── RequestTimeoutError         408 (a body not sent within router.body_timeout_s)
     ├── ConflictError               409 (an admin request the current state forbids)
     ├── NoCapacityError             503 (scheduler rejection, no live instance)
     └── InstanceFailedError         502 (an instance died or broke off mid-request)
@@ -38,8 +40,12 @@ class ServeError(Exception):
     error_type = "server_error"
     code: str | None = None
 
+    def __init__(self, message: str = "", *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault, when there is one (OpenAI's `param`)
+
     def body(self) -> dict[str, Any]:
-        return error_body(str(self), self.error_type, self.code)
+        return error_body(str(self), self.error_type, self.code, self.param)
 
 
 class DeploymentError(ServeError):
@@ -77,6 +83,18 @@ class PayloadTooLargeError(ServeError):
     error_type = "invalid_request_error"
 
 
+class UnsupportedMediaTypeError(ServeError):
+    status_code = 415
+    error_type = "invalid_request_error"
+
+
+class RequestTimeoutError(ServeError):
+    """The client did not send its request body within `router.body_timeout_s`."""
+
+    status_code = 408
+    error_type = "invalid_request_error"
+
+
 class ConflictError(ServeError):
     """An admin request that the deployment's current state forbids (e.g. a flip mid-drain)."""
 
@@ -94,8 +112,10 @@ class InstanceFailedError(ServeError):
     error_type = "upstream_error"
 
 
-def error_body(message: str, error_type: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+def error_body(
+    message: str, error_type: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 #: Statuses an instance's answer keeps at the router, with the class that carries them.

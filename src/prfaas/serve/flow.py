@@ -10,21 +10,35 @@ instance's backend can (torch) and `router.cache_moves` is on: a decision with a
 first has the holder ship the prefix to the prefill instance (`_move`), then prefills there.
 Before a prefill the decode instance is asked what prefix it holds (`_decode_holds`), and the
 prefill ships attention KV only from there (`from_token`).
-Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`): the
-failed instance is marked unhealthy, the registry re-polled, and the request placed again, so
-a dead instance costs a retry, not an error (a decode that fails before its first token, e.g.
-its pool evicted the prefix it said it held, is retried too). After the first token a failure
-ends the request with `InstanceFailedError` (502). The ledger is always released
-(prefill_done / decode_done, also when the prefill fails).
+Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`),
+and every failure is classified first (`AttemptFailed`), because "this request failed" and
+"this instance is down" are different things:
+
+    RequestFailed   the instance answered (a 5xx, a broken-off decode stream, an error line)
+                    or a call broke but the instance answers its health probe right after
+                    (a stale keep-alive connection): the instance stays in service
+    InstanceDown    a transport failure (refused, reset, timed out) and the health probe
+                    (`Registry.probe`, a fresh GET /state) fails too: `mark_failed`
+
+A 4xx from an instance is the request's own error (`from_response`), passed on, never
+retried and never held against the instance. Instance health otherwise comes only from the
+registry's polls. After the first token a failure ends the request with
+`InstanceFailedError` (502). The ledger is always released (prefill_done / decode_done, also
+when the prefill fails).
+
+Every attempt's record in `/admin/state` (`recent_decisions`) ends `completed`, `failed`
+(with `error`; `retried: true` when another attempt followed) or `cancelled` (the client went
+away: the decode stream to the instance is closed, which frees its slot and KV there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -57,6 +71,7 @@ from prfaas.serve.registry import LiveInstance, Registry
 MAX_ATTEMPTS = 3
 _Result = TypeVar("_Result", bound=BaseModel)
 MAX_RECENT_DECISIONS = 200
+MAX_ERROR_CHARS = 300
 
 
 @dataclass(slots=True)
@@ -154,16 +169,32 @@ class Placed:
     move: dict[str, Any] | None = None  # the cross-cluster prefix move done first, if any
 
 
-class _Retry(Exception):
-    """Nothing reached the client yet: place the request again."""
+class AttemptFailed(Exception):
+    """An attempt failed before anything reached the client: place the request again."""
+
+
+class RequestFailed(AttemptFailed):
+    """This request failed on an instance that is still up: it stays in service."""
+
+
+class InstanceDown(AttemptFailed):
+    """The instance is down (a transport failure its health probe confirmed): marked failed."""
+
+
+async def _judge(rt: RouterRuntime, inst: LiveInstance, what: str, err: Exception) -> AttemptFailed:
+    """Classify a transport failure of a call to `inst`: down only if the probe fails too."""
+    if await rt.registry.probe(inst):
+        return RequestFailed(f"{what} on {inst.name} failed ({err!r}); the instance is up")
+    rt.registry.mark_failed(inst.name)
+    return InstanceDown(f"{what} instance {inst.name} is down: {err!r}")
 
 
 async def tokenize(rt: RouterRuntime, text: str) -> list[int]:
     for inst in rt.registry.healthy():
         try:
             response = await rt.client.post(inst.spec.url + "/tokenize", json={"text": text})
-        except httpx.TransportError:
-            rt.registry.mark_failed(inst.name)
+        except httpx.TransportError as err:
+            await _judge(rt, inst, "tokenize", err)
             continue
         if response.status_code != 200:
             raise from_response(response.status_code, response.content)
@@ -182,27 +213,36 @@ def check_length(rt: RouterRuntime, tokens: list[int], max_tokens: int) -> None:
 
 async def generate(
     rt: RouterRuntime, tokens: list[int], sampling: p.Sampling
-) -> AsyncIterator[Placed | p.DecodeChunk]:
-    """Placed, then DecodeChunks; retried on instance failure until a token is out."""
+) -> AsyncGenerator[Placed | p.DecodeChunk]:
+    """Placed, then DecodeChunks; retried on a failed attempt until a token is out."""
     for attempt in range(MAX_ATTEMPTS):
         request_id = f"cmpl-{uuid.uuid4().hex[:24]}"
         emitted = False
+        records: list[dict[str, Any]] = []
         try:
-            async for item in _attempt(rt, request_id, tokens, sampling):
+            async for item in _attempt(rt, request_id, tokens, sampling, records):
                 if isinstance(item, p.DecodeChunk):
                     emitted = True
                 yield item
             return
-        except _Retry as err:
+        except AttemptFailed as err:
+            kind = "instance" if isinstance(err, InstanceDown) else "request"
             if emitted or attempt == MAX_ATTEMPTS - 1:
-                rt.metrics.failures.labels("instance").inc()
+                rt.metrics.failures.labels(kind).inc()
                 raise InstanceFailedError(str(err)) from None
             rt.metrics.failures.labels("retried").inc()
-            await rt.registry.poll_once()
+            for record in records:
+                record["retried"] = True
+            if isinstance(err, InstanceDown):
+                await rt.registry.poll_once()
 
 
 async def _attempt(
-    rt: RouterRuntime, request_id: str, tokens: list[int], sampling: p.Sampling
+    rt: RouterRuntime,
+    request_id: str,
+    tokens: list[int],
+    sampling: p.Sampling,
+    records: list[dict[str, Any]],
 ) -> AsyncIterator[Placed | p.DecodeChunk]:
     hits = rt.registry.hit_tokens(tokens)
     route = RouteRequest(RequestId(request_id), len(tokens), sampling.max_tokens, hits)
@@ -210,6 +250,7 @@ async def _attempt(
     if isinstance(decision, Rejection):
         raise NoCapacityError(f"no instance can take the request: {decision.reason}")
     record = _record(rt, decision, len(tokens))
+    records.append(record)
     rt.metrics.decisions.labels(decision.path.value, decision.reason.value).inc()
     prefill = rt.registry.instances[decision.prefill_instance_id]
     decode = rt.registry.instances[decision.decode_instance_id]
@@ -219,7 +260,8 @@ async def _attempt(
         if decision.cache_move is not None:
             record["move"] = await _move(rt, decision, tokens)
         result = await _prefill(rt, decision, tokens, sampling)
-    except BaseException:
+    except BaseException as err:
+        _ended(record, err)
         rt.scheduler.decode_done(decision.request_id)  # releases the prefill stage too
         _leave(prefill)
         _leave(decode)
@@ -233,9 +275,9 @@ async def _attempt(
         yield Placed(request_id, decision, result, len(tokens), record.get("move"))
         async for chunk in _decode(rt, decision, tokens, result.first_token, sampling):
             yield chunk
-        record["status"] = "ok"
-    except BaseException:
-        record["status"] = "failed"
+        record["status"] = "completed"
+    except BaseException as err:
+        _ended(record, err)
         raise
     finally:
         rt.scheduler.decode_done(decision.request_id)
@@ -296,6 +338,16 @@ async def _call(
     return kind.model_validate_json(response.content)
 
 
+def _ended(record: dict[str, Any], err: BaseException) -> None:
+    """Close an attempt's record on `err`: `cancelled` when the client went away (the task
+    was cancelled or the stream closed), else `failed` with the reason."""
+    if isinstance(err, asyncio.CancelledError | GeneratorExit):
+        record["status"] = "cancelled"
+        return
+    record["status"] = "failed"
+    record["error"] = str(err)[:MAX_ERROR_CHARS] or type(err).__name__
+
+
 def _leave(inst: LiveInstance) -> None:
     inst.inflight = max(0, inst.inflight - 1)
 
@@ -325,7 +377,7 @@ async def _prefill(
     prefill = rt.registry.instances[decision.prefill_instance_id]
     decode = rt.registry.instances[decision.decode_instance_id]
     if decode.info is None:
-        raise _Retry(f"decode instance {decode.name} is not registered")
+        raise RequestFailed(f"decode instance {decode.name} is not registered")
     from_token = await _decode_holds(rt, decode, tokens)
     body = p.PrefillRequest(
         request_id=decision.request_id,
@@ -343,10 +395,9 @@ async def _prefill(
             timeout=rt.deployment.router.request_timeout_s,
         )
     except httpx.TransportError as err:
-        rt.registry.mark_failed(prefill.name)
-        raise _Retry(f"prefill instance {prefill.name} failed: {err!r}") from None
+        raise await _judge(rt, prefill, "prefill", err) from None
     if response.status_code >= 500:
-        raise _Retry(f"prefill on {prefill.name}: {_message(response.content)}")
+        raise RequestFailed(f"prefill on {prefill.name}: {_message(response.content)}")
     if response.status_code != 200:
         raise from_response(response.status_code, response.content)
     return p.PrefillResult.model_validate_json(response.content)
@@ -394,7 +445,7 @@ async def _decode(
             if response.status_code != 200:
                 raw = await response.aread()
                 if response.status_code >= 500:
-                    raise _Retry(f"decode on {decode.name}: {_message(raw)}")
+                    raise RequestFailed(f"decode on {decode.name}: {_message(raw)}")
                 raise from_response(response.status_code, raw)
             is_final = is_started = False
             async for line in response.aiter_lines():
@@ -402,7 +453,7 @@ async def _decode(
                     continue
                 chunk = p.DecodeChunk.model_validate_json(line)
                 if chunk.error is not None and not is_started:
-                    raise _Retry(f"decode on {decode.name}: {chunk.error}")
+                    raise RequestFailed(f"decode on {decode.name}: {chunk.error}")
                 if chunk.error is not None:
                     raise InstanceFailedError(f"decode on {decode.name}: {chunk.error}")
                 is_started = True
@@ -410,10 +461,9 @@ async def _decode(
                 if chunk.finish_reason is not None:
                     is_final = True
             if not is_final:
-                raise _Retry(f"decode instance {decode.name} broke off the stream")
+                raise RequestFailed(f"decode instance {decode.name} broke off the stream")
     except httpx.TransportError as err:
-        rt.registry.mark_failed(decode.name)
-        raise _Retry(f"decode instance {decode.name} failed: {err!r}") from None
+        raise await _judge(rt, decode, "decode", err) from None
 
 
 def _message(raw: bytes) -> str:

@@ -61,6 +61,7 @@ from prfaas.serve.config import (
     transfer_secret,
     transfer_tls,
 )
+from prfaas.serve.edge import EdgeGuard
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -450,6 +451,8 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
             rt.worker.stop()
 
     app = FastAPI(lifespan=lifespan)
+    # any escaped exception: JSON 500 and the connection kept (bodies are the router's)
+    app.add_middleware(EdgeGuard, max_body_bytes=None, body_timeout_s=0)
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:

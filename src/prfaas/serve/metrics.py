@@ -8,7 +8,9 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:routing_decisions_total{path,reason}    counter
     prfaas:kv_transfer_bytes_total{path}           counter  KV bytes shipped prefill -> decode
     prfaas:prefix_hit_tokens_total{path}           counter  prompt tokens restored from cache
-    prfaas:request_failures_total{kind}            counter
+    prfaas:requests_total{outcome,status}          counter  completed / failed / cancelled,
+                                                            with the HTTP status answered
+    prfaas:request_failures_total{kind}            counter  retried / request / instance
     prfaas:link_egress_bytes_per_second            gauge    inter-cluster link, measured
     prfaas:link_backlog_bytes                      gauge
     prfaas:link_utilisation                        gauge
@@ -70,6 +72,9 @@ class RouterMetrics:
             "prfaas:prefix_hit_tokens", "Prompt tokens from prefix cache.", ["path"], registry=r
         )
         self.failures = Counter("prfaas:request_failures", "Failed requests.", ["kind"], registry=r)
+        self.requests = Counter(
+            "prfaas:requests", "Requests by how they ended.", ["outcome", "status"], registry=r
+        )
         self.egress = Gauge(
             "prfaas:link_egress_bytes_per_second", "Inter-cluster egress.", registry=r
         )
@@ -106,6 +111,10 @@ class RouterMetrics:
         self.rebalance_actions = Counter(
             "prfaas:rebalance_actions", "Slow-loop actions.", ["action", "reason"], registry=r
         )
+
+    def ended(self, outcome: str, status: int) -> None:
+        """Count a completions request that ended `completed`, `failed` or `cancelled`."""
+        self.requests.labels(outcome, str(status)).inc()
 
     def observe(self, path: str, ttft_s: float, e2e_s: float, num_tokens: int) -> None:
         self.ttft.labels(path).observe(ttft_s)

@@ -1,22 +1,84 @@
 """The OpenAI-compatible edge: request bodies (validated strictly) and response bodies.
 
-Strict types: `"max_tokens": "16"` is a 400, not a silent cast. Unknown fields are ignored, as
-OpenAI-compatible servers do for options they do not implement (`n` > 1 and `logprobs` are
-refused explicitly). `parse_body` is the one place raw bytes become a request: oversized ->
-413, not JSON -> 400, schema violations -> 400 naming the field; all as `ServeError`s.
+Strict types: `"max_tokens": "16"` is a 400, not a silent cast. Every sampling parameter is
+checked against what the engine honours (`engine.sampling`), so no request content can reach
+an instance that its sampler cannot take: `seed` a signed 64-bit integer (what
+`torch.Generator.manual_seed` takes), `temperature` in [0, 2] (below `MIN_TEMPERATURE`,
+denormals included, it is greedy: the engine samples in float32, where 1e-45 underflows),
+`top_p` in (0, 1] (the most likely token is always kept, so a tiny top_p is greedy too),
+`top_k` >= -1 (0 and -1: off), penalties finite in [-2, 2], at most `MAX_STOP_SEQUENCES`
+non-empty stop strings of at most `MAX_STOP_CHARS` characters.
+
+OpenAI parameters the engine does not honour (`REFUSED`) are refused with a 400 naming the
+parameter (`param`, code `unsupported_parameter`) whenever they ask for something other than
+the default: a client that asks for logprobs must not get a response without them. Fields
+nobody defines are ignored, as OpenAI-compatible servers do.
+
+Chat: `content` is a string or a list of parts, whose `text` parts are joined (any other part
+type is a 400); role `developer` is taken as `system`.
+
+`parse_body` is the one place raw bytes become a request: oversized -> 413, not JSON (or JSON
+that `serve.jsonbody` refuses) -> 400, schema violations -> 400 naming the field; all as
+`ServeError`s.
 """
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError
+from prfaas.serve.jsonbody import load_json
 
 MAX_TOKENS_LIMIT = 1_000_000
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.Generator seeds, signed 64-bit as sent on
+MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (as vLLM's _SAMPLING_EPS)
+MAX_STOP_SEQUENCES = 16
+MAX_STOP_CHARS = 1000
+
+
+def _unset(value: Any) -> bool:
+    return value is None or value is False or (isinstance(value, list | dict) and not value)
+
+
+def _text_format(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and value.get("type") == "text")
+
+
+#: OpenAI parameters the engine does not honour: name -> "the value asks for nothing".
+REFUSED: dict[str, Callable[[Any], bool]] = {
+    "logprobs": _unset,
+    "top_logprobs": lambda v: v is None or v == 0,
+    "echo": _unset,
+    "best_of": lambda v: v is None or v == 1,
+    "suffix": lambda v: v is None or v == "",
+    "logit_bias": _unset,
+    "response_format": _text_format,
+    "tools": _unset,
+    "tool_choice": lambda v: v is None or v == "none",
+    "functions": _unset,
+    "function_call": lambda v: v is None or v == "none",
+    "n": lambda v: v is None or v == 1,
+    "presence_penalty": lambda v: v is None or v == 0,
+    "frequency_penalty": lambda v: v is None or v == 0,
+    "repetition_penalty": lambda v: v is None or v == 1,
+    "min_p": lambda v: v is None or v == 0,
+    "min_tokens": lambda v: v is None or v == 0,
+    "audio": _unset,
+    "modalities": lambda v: v is None or v == ["text"],
+    "prediction": _unset,
+}
+MAX_SHOWN_CHARS = 60
 
 
 class _Request(BaseModel):
@@ -24,15 +86,26 @@ class _Request(BaseModel):
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = Field(default=0, ge=0)
-    seed: int | None = None
+    temperature: float = Field(default=1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(default=0, ge=-1, le=2**31 - 1)
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2, allow_inf_nan=False)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2, allow_inf_nan=False)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    n: int = Field(default=1, ge=1, le=1)
     ignore_eos: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stops_are_bounded(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
+        if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"every stop sequence has 1 to {MAX_STOP_CHARS} characters")
+        return stop
 
     @property
     def stops(self) -> list[str]:
@@ -43,6 +116,15 @@ class _Request(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+    @property
+    def sampling_temperature(self) -> float:
+        """The temperature the engine uses: 0 (greedy) below `MIN_TEMPERATURE`."""
+        return self.temperature if self.temperature >= MIN_TEMPERATURE else 0.0
+
+    @property
+    def sampling_top_k(self) -> int:
+        return max(0, self.top_k)  # -1 (vLLM's "off") is 0 here
 
 
 class CompletionRequest(_Request):
@@ -61,11 +143,36 @@ class CompletionRequest(_Request):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_only(self) -> TextPart:
+        if self.type != "text":
+            raise ValueError(f"content part type {self.type!r} is not supported (text only)")
+        if self.text is None:
+            raise ValueError("a text part needs its text")
+        return self
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text or "" for part in self.content)
+
+    @property
+    def speaker(self) -> str:
+        return "system" if self.role == "developer" else self.role
 
 
 class ChatCompletionRequest(_Request):
@@ -75,7 +182,7 @@ class ChatCompletionRequest(_Request):
     @property
     def text(self) -> str:
         """A plain transcript: presets have no chat template (checkpoints would use theirs)."""
-        lines = [f"{m.role}: {m.content}" for m in self.messages]
+        lines = [f"{m.speaker}: {m.text}" for m in self.messages]
         return "\n".join([*lines, "assistant:"])
 
 
@@ -85,18 +192,30 @@ _R = TypeVar("_R", bound=_Request)
 def parse_body(raw: bytes, kind: type[_R], max_body_bytes: int) -> _R:
     if len(raw) > max_body_bytes:
         raise PayloadTooLargeError(f"request body of {len(raw)} bytes > {max_body_bytes}")
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BadRequestError(f"the body is not valid JSON: {err}") from None
+    data = load_json(raw)
     if not isinstance(data, dict):
         raise BadRequestError("the body must be a JSON object")
     try:
-        return kind.model_validate(data)
+        req = kind.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
+        # a union's own check (a content part's type) says more than "not a string"
+        first = max(err.errors(), key=lambda e: (e["type"] == "value_error", len(e["loc"])))
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise BadRequestError(f"{where}: {first['msg']}") from None
+        param = str(first["loc"][0]) if first["loc"] else None
+        raise BadRequestError(f"{where}: {first['msg']}", param=param) from None
+    _refuse_unhonoured(data)
+    return req
+
+
+def _refuse_unhonoured(data: dict[str, Any]) -> None:
+    for name, is_default in REFUSED.items():
+        if name in data and not is_default(data[name]):
+            shown = repr(data[name])[:MAX_SHOWN_CHARS]
+            err = BadRequestError(
+                f"{name}: {shown} is not supported by this server (docs/serving.md)", param=name
+            )
+            err.code = "unsupported_parameter"
+            raise err
 
 
 FINISH: dict[str, str] = {"eos": "stop", "stop": "stop", "length": "length"}

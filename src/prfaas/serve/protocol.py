@@ -20,6 +20,8 @@ number: the router pulls what it has not seen, in order (pull-based events, hous
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from prfaas.kvcache import CacheIdentity, HashScheme
@@ -130,12 +132,15 @@ class TokenizeResult(_Body):
 
 
 class Sampling(_Body):
-    max_tokens: int = Field(gt=0)
-    temperature: float = Field(ge=0)
-    top_p: float = Field(gt=0, le=1)
-    top_k: int = Field(ge=0)
-    seed: int
-    stop: list[str] = []
+    """Checked again on the instance (defence in depth: the router checked it first), so a
+    request the engine cannot honour is a request-scoped 4xx there, never a worker error."""
+
+    max_tokens: int = Field(gt=0, le=1_000_000)
+    temperature: float = Field(ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(ge=0, le=2**31 - 1)
+    seed: int = Field(ge=-(2**63), le=2**63 - 1)
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(default=[], max_length=16)
     ignore_eos: bool = False
 
 

@@ -2,9 +2,11 @@
 
 The router pulls every instance's `/state` each `poll_interval_s` (load, new cache events in
 sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered
-with the global index, dropping what it held (pain point 8). An instance that does not answer,
-or that failed a request, is marked unhealthy: `is_accepting` is False in the `ClusterView`,
-so the scheduler places nothing on it, and its cache entries leave the index until it is back.
+with the global index, dropping what it held (pain point 8). An instance that does not answer
+its poll, or whose call broke and then fails its health `probe` too (`serve.flow._judge`), is
+marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
+nothing on it, and its cache entries leave the index until it is back. A request's own error
+never marks an instance.
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
 (`/info`, `/state`) or what the router switched it to (`serve.rebalance`). An instance that
@@ -37,6 +39,9 @@ from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
 
 _Body = TypeVar("_Body", bound=BaseModel)
+PROBE_TRIES = 2
+PROBE_TIMEOUT_S = 2.0
+PROBE_SINCE = 2**62  # a /state that lists no cache events
 
 ROLES = {
     InstanceRole.PRFAAS_PREFILL: Role.PRFAAS,
@@ -148,6 +153,23 @@ class Registry:
         response = await self._client.get(inst.spec.url + path, timeout=2.0)
         response.raise_for_status()
         return kind.model_validate_json(response.content)
+
+    async def probe(self, inst: LiveInstance) -> bool:
+        """Whether `inst` answers a health probe now (GET /state on a fresh connection, twice
+        at most): what decides, after a call to it broke, that the instance is down rather
+        than that one connection was stale."""
+        for _ in range(PROBE_TRIES):
+            try:
+                response = await self._client.get(
+                    inst.spec.url + "/state?since=" + str(PROBE_SINCE),
+                    timeout=PROBE_TIMEOUT_S,
+                    headers={"connection": "close"},
+                )
+            except httpx.HTTPError:
+                continue
+            if response.status_code == 200:
+                return True
+        return False
 
     def mark_failed(self, name: str) -> None:
         """Place nothing on it and forget its cache until it answers again."""

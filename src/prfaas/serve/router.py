@@ -17,11 +17,12 @@ cancels the stream: closing the decode instance's stream makes it cancel the req
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config import Deployment, InstanceRole
+from prfaas.serve.edge import EdgeGuard, header_timeout_protocol
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -54,14 +56,16 @@ from prfaas.serve.rebalance import admin_view
 from prfaas.serve.registry import Registry
 
 DEFAULT_MAX_TOKENS = 16
+_T = TypeVar("_T")
+MAX_HEADER_BYTES = 16 * 1024  # h11's default, stated: request line plus headers
 
 
 def _sampling(req: CompletionRequest | ChatCompletionRequest, max_tokens: int) -> p.Sampling:
     return p.Sampling(
         max_tokens=max_tokens,
-        temperature=req.temperature,
+        temperature=req.sampling_temperature,
         top_p=req.top_p,
-        top_k=req.top_k,
+        top_k=req.sampling_top_k,
         seed=req.seed or 0,
         stop=req.stops,
         ignore_eos=req.ignore_eos,
@@ -71,11 +75,8 @@ def _sampling(req: CompletionRequest | ChatCompletionRequest, max_tokens: int) -
 async def _prepare(
     rt: RouterRuntime, request: Request, is_chat: bool
 ) -> tuple[CompletionRequest | ChatCompletionRequest, list[int], p.Sampling]:
-    declared = request.headers.get("content-length")
     limit = rt.deployment.router.max_body_bytes
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLargeError(f"request body of {declared} bytes > {limit}")
-    raw = await request.body()
+    raw = await request.body()  # read and bounded by serve.edge.EdgeGuard
     kind: type[CompletionRequest | ChatCompletionRequest]
     kind = ChatCompletionRequest if is_chat else CompletionRequest
     req = parse_body(raw, kind, limit)
@@ -105,31 +106,72 @@ def _prfaas_fields(placed: Placed, ttft_s: float) -> dict[str, Any]:
     }
 
 
+class ClientGone(Exception):
+    """The client closed its connection before the response was ready."""
+
+
+CLIENT_GONE_STATUS = 499  # nginx's "client closed request": nobody reads it
+
+
+async def _or_gone(request: Request, work: Awaitable[_T]) -> _T:
+    """`work`'s result, unless the client disconnects first: then `work` is cancelled (so
+    its request is cancelled on the instances) and `ClientGone` is raised."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if gone.done() and not gone.cancelled() and not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientGone
+    with contextlib.suppress(asyncio.CancelledError):
+        await gone
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _response_id(is_chat: bool, request_id: str) -> str:
+    """OpenAI's id shapes: `chatcmpl-...` for chat, `cmpl-...` for completions."""
+    return ("chatcmpl-" if is_chat else "cmpl-") + request_id.removeprefix("cmpl-")
+
+
 async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Response:
     started = time.monotonic()
-    req, tokens, sampling = await _prepare(rt, request, is_chat)
-    items = generate(rt, tokens, sampling)
-    placed = await anext(items)
-    assert isinstance(placed, Placed)
-    if req.stream:
-        return StreamingResponse(
-            _sse(rt, req, is_chat, placed, items, started=started), media_type="text/event-stream"
-        )
-    text, finish, completion_tokens, ttft_s = "", None, 0, 0.0
-    async for chunk in items:
-        assert isinstance(chunk, p.DecodeChunk)
-        if not ttft_s:
-            ttft_s = time.monotonic() - started
-        text += chunk.text
-        if chunk.finish_reason is not None:
-            finish, completion_tokens = chunk.finish_reason, chunk.num_completion_tokens
-            text = chunk.full_text if chunk.full_text is not None else text
+    try:
+        req, tokens, sampling = await _prepare(rt, request, is_chat)
+        items = generate(rt, tokens, sampling)
+        placed = await _or_gone(request, anext(items))
+        assert isinstance(placed, Placed)
+        if req.stream:
+            return StreamingResponse(
+                _sse(rt, req, is_chat, placed, items, started=started),
+                media_type="text/event-stream",
+            )
+        text, finish, completion_tokens, ttft_s = await _or_gone(request, _collect(items, started))
+    except ClientGone:
+        rt.metrics.ended("cancelled", CLIENT_GONE_STATUS)
+        return Response(status_code=CLIENT_GONE_STATUS)
+    except ServeError as err:
+        rt.metrics.ended("failed", err.status_code)
+        raise
+    except Exception:
+        rt.metrics.ended("failed", 500)
+        raise
+    rt.metrics.ended("completed", 200)
     rt.metrics.observe(
         placed.decision.path.value, ttft_s, time.monotonic() - started, completion_tokens
     )
     body = envelope(
         is_chat,
-        placed.request_id,
+        _response_id(is_chat, placed.request_id),
         req.model,
         chunk=False,
         choices=[choice(is_chat, text, finish, delta=False)],
@@ -139,16 +181,35 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
     return JSONResponse(body)
 
 
+async def _collect(
+    items: AsyncGenerator[Placed | p.DecodeChunk], started: float
+) -> tuple[str, str | None, int, float]:
+    """(text, finish reason, completion tokens, TTFT) of a request's decode chunks."""
+    text, finish, completion_tokens, ttft_s = "", None, 0, 0.0
+    async for chunk in items:
+        assert isinstance(chunk, p.DecodeChunk)
+        if not ttft_s:
+            ttft_s = time.monotonic() - started
+        text += chunk.text
+        if chunk.finish_reason is not None:
+            finish, completion_tokens = chunk.finish_reason, chunk.num_completion_tokens
+            text = chunk.full_text if chunk.full_text is not None else text
+    return text, finish, completion_tokens, ttft_s
+
+
 async def _sse(
     rt: RouterRuntime,
     req: CompletionRequest | ChatCompletionRequest,
     is_chat: bool,
     placed: Placed,
-    items: AsyncIterator[Placed | p.DecodeChunk],
+    items: AsyncGenerator[Placed | p.DecodeChunk],
     *,
     started: float,
 ) -> AsyncIterator[bytes]:
+    """The SSE stream; its outcome (completed, failed, cancelled: the client went away and
+    Starlette cancelled or closed this generator) is counted here."""
     ttft_s, completion_tokens = 0.0, 0
+    response_id = _response_id(is_chat, placed.request_id)
     try:
         async for chunk in items:
             assert isinstance(chunk, p.DecodeChunk)
@@ -160,16 +221,23 @@ async def _sse(
             yield _event(
                 envelope(
                     is_chat,
-                    placed.request_id,
+                    response_id,
                     req.model,
                     chunk=True,
                     choices=[choice(is_chat, chunk.text, chunk.finish_reason, delta=True)],
                 )
             )
     except ServeError as err:
+        rt.metrics.ended("failed", err.status_code)
         yield _event(err.body())
         yield b"data: [DONE]\n\n"
         return
+    except (asyncio.CancelledError, GeneratorExit):
+        rt.metrics.ended("cancelled", CLIENT_GONE_STATUS)
+        raise
+    finally:
+        await items.aclose()  # a cancelled stream: close the decode call now, not at GC
+    rt.metrics.ended("completed", 200)
     rt.metrics.observe(
         placed.decision.path.value, ttft_s, time.monotonic() - started, completion_tokens
     )
@@ -177,7 +245,7 @@ async def _sse(
         yield _event(
             envelope(
                 is_chat,
-                placed.request_id,
+                response_id,
                 req.model,
                 chunk=True,
                 choices=[],
@@ -286,6 +354,8 @@ def build_app(deployment: Deployment) -> FastAPI:
                 await rt.slow_loop.close()
 
     app = FastAPI(lifespan=lifespan)
+    r = deployment.router
+    app.add_middleware(EdgeGuard, max_body_bytes=r.max_body_bytes, body_timeout_s=r.body_timeout_s)
 
     def runtime() -> RouterRuntime:
         return holder["rt"]
@@ -345,5 +415,13 @@ def build_app(deployment: Deployment) -> FastAPI:
 def serve_router(deployment: Deployment) -> None:
     """Run the router until SIGINT/SIGTERM."""
     r = deployment.router
-    config = uvicorn.Config(build_app(deployment), host=r.host, port=r.port, log_level="warning")
+    config = uvicorn.Config(
+        build_app(deployment),
+        host=r.host,
+        port=r.port,
+        log_level="warning",
+        http=header_timeout_protocol(r.header_timeout_s),
+        timeout_keep_alive=max(1, round(r.keep_alive_timeout_s)),
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
     uvicorn.Server(config).run()

@@ -80,15 +80,19 @@ def _item(item: EngineItem | BaseException) -> Item:
 
 
 def sampling_params(s: p.Sampling) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=s.max_tokens,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        seed=s.seed,
-        stop=tuple(s.stop),
-        ignore_eos=s.ignore_eos,
-    )
+    """The engine's parameters; what it refuses is the request's 400, not a worker error."""
+    try:
+        return SamplingParams(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            seed=s.seed,
+            stop=tuple(s.stop),
+            ignore_eos=s.ignore_eos,
+        )
+    except BadRequestError as err:
+        raise errors.BadRequestError(str(err)) from None
 
 
 class EngineWorker:

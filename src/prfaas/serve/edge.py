@@ -1,0 +1,193 @@
+"""The router's HTTP edge: what a client cannot do to the process, before any route runs.
+
+`EdgeGuard` (an ASGI middleware, outermost inside the app) reads every request body itself:
+
+    Content-Type not JSON                     415 (a missing one is taken as JSON)
+    Content-Length over max_body_bytes        413 before a byte of the body is read
+    a body (chunked too) crossing the limit   413 as soon as it crosses: at most
+                                              max_body_bytes (+ one chunk) is ever held
+    the body not complete in body_timeout_s   408 (a client sending one byte a second)
+
+then hands the route the buffered body (without `max_body_bytes`, as on an instance, whose
+caller is the router, bodies pass through unread). Any exception a route lets escape becomes
+OpenAI's JSON 500 with a request id (logged with its traceback), never Starlette's plain-text
+one, and the connection stays usable (uvicorn closes a connection whose app raised).
+
+`header_timeout_protocol` is uvicorn's h11 protocol with a deadline on request headers: a
+connection that has not sent complete headers within `header_timeout_s` of connecting (or
+of starting its next request) is closed. uvicorn's own `timeout_keep_alive` bounds the idle
+time between requests, h11's `max_incomplete_event_size` the size of the headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from prfaas.serve.errors import (
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    ServeError,
+    UnsupportedMediaTypeError,
+    error_body,
+)
+
+log = logging.getLogger("prfaas.router")
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class EdgeGuard:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int | None, body_timeout_s: float) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req-{uuid.uuid4().hex[:16]}"
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            if self.max_body_bytes is not None and scope["method"] in _BODY_METHODS:
+                body = await self._read_body(scope, receive)
+                receive = _replay(body, receive)
+            await self.app(scope, receive, tracked_send)
+        except ServeError as err:  # from the body checks: the route never ran
+            if started:
+                raise
+            await _respond(send, err.status_code, err.body(), close=True)
+        except Exception:
+            log.exception("request %s failed", request_id)
+            if started:
+                raise  # mid-response: uvicorn closes the connection, the client sees it cut
+            error = error_body(f"internal error (request id {request_id})", "server_error")
+            await _respond(send, 500, error, close=False)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        _check_content_type(headers.get("content-type"))
+        limit = self.max_body_bytes
+        assert limit is not None
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise PayloadTooLargeError(f"request body of {declared[:20]} bytes > {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        break
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise PayloadTooLargeError(f"request body over {limit} bytes")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"the request body did not arrive within {self.body_timeout_s} s"
+            ) from None
+        return b"".join(chunks)
+
+
+def _check_content_type(value: str | None) -> None:
+    if value is None:
+        return  # curl without -H, many scripts: taken as JSON, parsed strictly anyway
+    media, _, params = value.partition(";")
+    media = media.strip().lower()
+    charset = params.strip().lower().removeprefix("charset=").strip('"') if params else "utf-8"
+    if (media == "application/json" or media.endswith("+json")) and charset in ("utf-8", "utf8"):
+        return
+    raise UnsupportedMediaTypeError(
+        f"Content-Type {value[:80]!r} is not supported: send application/json (UTF-8)"
+    )
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the buffered body once, then the client's later messages
+    (a disconnect) as they come."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _respond(send: Send, status: int, body: dict[str, Any], *, close: bool) -> None:
+    payload = json.dumps(body).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if close:  # the body was not read to its end: the connection cannot be reused
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+def header_timeout_protocol(header_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, closing connections whose request headers take longer than
+    `header_timeout_s` (slowloris)."""
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _header_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._between_requests and self._header_deadline is None:
+                self._arm()
+            super().data_received(data)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if not self._between_requests:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        @property
+        def _between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_deadline = self.loop.call_later(header_timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+
+        def _expired(self) -> None:
+            self._header_deadline = None
+            if self._between_requests and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
