@@ -5,7 +5,9 @@
     Content-Type not JSON                     415 (a missing one is taken as JSON)
     Content-Length over max_body_bytes        413 before a byte of the body is read
     a body (chunked too) crossing the limit   413 as soon as it crosses: at most
-                                              max_body_bytes (+ one chunk) is ever held
+                                              max_body_bytes (+ one chunk) is ever held;
+                                              what follows is read and dropped for at most
+                                              LINGER_S, then the connection is closed
     the body not complete in body_timeout_s   408 (a client sending one byte a second)
 
 then hands the route the buffered body (without `max_body_bytes`, as on an instance, whose
@@ -22,6 +24,7 @@ time between requests, h11's `max_incomplete_event_size` the size of the headers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -41,6 +44,8 @@ from prfaas.serve.errors import (
 log = logging.getLogger("prfaas.router")
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 2**20
 
 
 class EdgeGuard:
@@ -70,6 +75,8 @@ class EdgeGuard:
             if started:
                 raise
             await _respond(send, err.status_code, err.body(), close=True)
+            if isinstance(err, PayloadTooLargeError):
+                await _linger(receive, self.body_timeout_s)
         except Exception:
             log.exception("request %s failed", request_id)
             if started:
@@ -105,6 +112,21 @@ class EdgeGuard:
                 f"the request body did not arrive within {self.body_timeout_s} s"
             ) from None
         return b"".join(chunks)
+
+
+async def _linger(receive: Receive, timeout_s: float) -> None:
+    """Read and drop what the client still sends of a refused body, for a moment, before the
+    connection closes: closing a socket with unread data resets it, and the reset can destroy
+    the 413 in the client's receive buffer before it read it (nginx's lingering close). Held
+    memory stays one chunk."""
+    dropped = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(min(LINGER_S, timeout_s)):
+            while dropped < LINGER_BYTES:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    return
+                dropped += len(message.get("body", b""))
 
 
 def _check_content_type(value: str | None) -> None:
