@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -332,21 +333,101 @@ def test_bad_input_gets_openai_error(launcher: Launcher, body: bytes, status: in
     assert httpx.get(launcher.url + "/health").status_code == 200
 
 
+def _decode_state(launcher: Launcher) -> dict:
+    url = launcher.deployment.instance("pdd-0").url
+    return dict(httpx.get(url + "/state", params={"since": 2**62}).json())
+
+
+def _settled(launcher: Launcher) -> tuple[dict, dict]:
+    """(router state, decode instance state) once nothing runs on the decode instance and no
+    request is `running` at the router."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = httpx.get(launcher.url + "/admin/state").json()
+        decode = _decode_state(launcher)
+        idle = decode["num_running"] == decode["num_waiting"] == decode["active_decodes"] == 0
+        if idle and all(r["status"] != "running" for r in state["recent_decisions"]):
+            return state, decode
+        time.sleep(0.2)
+    raise AssertionError("the deployment never settled")
+
+
 def test_client_disconnect_cancels_the_request(launcher: Launcher) -> None:
+    """The decode slot and its KV pages are freed on the decode instance, and the request
+    ends `cancelled` (issue 14 item 6)."""
+    _, idle = _settled(launcher)
     body = {"model": MODEL, "prompt": SHORT, "max_tokens": 3000, "temperature": 0}
     body |= {"stream": True, "ignore_eos": True}
     with httpx.stream("POST", launcher.url + "/v1/completions", json=body, timeout=30) as r:
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        state = httpx.get(launcher.url + "/admin/state").json()
-        decode = next(i for i in state["instances"] if i["role"] == "pd-decode")
-        if decode["running"] == 0 and state["recent_decisions"][-1]["status"] != "running":
-            break
-        time.sleep(0.2)
-    assert decode["running"] == 0
-    assert state["recent_decisions"][-1]["status"] == "failed"
+        assert _decode_state(launcher)["num_running"] == 1
+    state, decode = _settled(launcher)
+    assert decode["num_running"] == 0
+    assert decode["free_pages"] == idle["free_pages"]
+    assert state["recent_decisions"][-1]["status"] == "cancelled"
+
+
+STORM_BODIES: list[tuple[str, bytes]] = [
+    ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "seed": 2**64}).encode()),
+    ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "seed": -(2**64)}).encode()),
+    (
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "seed": 2**64}
+        ).encode(),
+    ),
+    (
+        "/v1/completions",
+        json.dumps({"model": MODEL, "prompt": "x", "seed": 2**64, "stream": True}).encode(),
+    ),
+    ("/v1/completions", b'{"model": "tiny-qwen3-next", "prompt": "hi\\ud800"}'),
+    ("/v1/completions", b'{"model": "tiny-qwen3-next", "prompt": "x", "temperature": NaN}'),
+    (
+        "/v1/completions",
+        b'{"model": "tiny-qwen3-next", "prompt": "x", "seed": ' + b"9" * 5000 + b"}",
+    ),
+    ("/v1/completions", b"[" * 100_000),
+    ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "logprobs": 3}).encode()),
+    ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "stop": [""]}).encode()),
+]
+STORM_PROMPTS = [f"Request number {i} of the other client." for i in range(8)] + [LONG, LONG + "!"]
+
+
+def test_a_bad_request_storm_changes_no_other_clients_results(launcher: Launcher) -> None:
+    """Issue 14 acceptance: while one client sends 200 invalid-parameter requests as fast as
+    it can (the bodies that crashed instances and the router before), another client's 30
+    valid greedy requests all succeed with the same text as on the idle deployment."""
+
+    def greedy(client: httpx.Client, prompt: str) -> str:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0}
+        response = client.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        return str(response.json()["choices"][0]["text"])
+
+    with httpx.Client(base_url=launcher.url, timeout=120) as client:
+        idle = {prompt: greedy(client, prompt) for prompt in STORM_PROMPTS}
+    statuses: list[int] = []
+
+    def storm() -> None:
+        with httpx.Client(base_url=launcher.url, timeout=120) as hostile:
+            for i in range(200):
+                path, raw = STORM_BODIES[i % len(STORM_BODIES)]
+                headers = {"content-type": "application/json"}
+                statuses.append(hostile.post(path, content=raw, headers=headers).status_code)
+
+    attacker = threading.Thread(target=storm)
+    attacker.start()
+    try:
+        with httpx.Client(base_url=launcher.url, timeout=120) as client:
+            busy = [(p, greedy(client, p)) for p in (STORM_PROMPTS * 3)[:30]]
+    finally:
+        attacker.join()
+    assert all(text == idle[prompt] for prompt, text in busy)
+    assert len(statuses) == 200 and all(s == 400 for s in statuses), set(statuses)
+    state = httpx.get(launcher.url + "/admin/state").json()
+    assert all(i["healthy"] for i in state["instances"])
+    assert all(r["status"] == "completed" for r in state["recent_decisions"][-30:])
 
 
 def test_killed_instances_fail_clearly_and_are_avoided(
