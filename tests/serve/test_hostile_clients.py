@@ -242,6 +242,23 @@ def test_a_declared_oversized_body_is_413_before_it_is_sent(launcher: Launcher) 
     assert _read_all(sock).startswith(b"HTTP/1.1 413")
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    ],
+    ids=["request line", "headers over 16 KiB", "chunk framing"],
+)
+def test_unparseable_http_gets_a_json_400(launcher: Launcher, raw: bytes) -> None:
+    sock = _raw_request(launcher)
+    sock.sendall(raw)
+    answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"application/json" in answer and b'"invalid_request_error"' in answer
+
+
 def test_slow_clients_are_cut_off_and_others_still_served(
     launcher: Launcher, client: httpx.Client
 ) -> None:
@@ -370,34 +387,36 @@ def test_a_failed_prefill_ends_failed_with_its_reason(client: httpx.Client) -> N
     assert all(r["status"] != "running" for r in _recent(client))
 
 
-def _decode_state(launcher: Launcher) -> dict[str, Any]:
-    url = launcher.deployment.instance("pdd-0").url
-    return dict(httpx.get(url + "/state", params={"since": 2**62}).json())
+def _decode_state(client: httpx.Client) -> dict[str, Any]:
+    """The decode instance as the router last polled it (`/admin/state`)."""
+    instances = client.get("/admin/state").json()["instances"]
+    return dict(next(i for i in instances if i["name"] == "pdd-0"))
 
 
-def _wait_settled(client: httpx.Client, launcher: Launcher) -> dict[str, Any]:
-    """The decode instance's state once nothing runs there and the last record ended."""
+def _wait(client: httpx.Client, running: int) -> dict[str, Any]:
+    """The decode instance's state once `running` requests run there (and, for 0, no
+    request is `running` at the router)."""
     deadline = time.monotonic() + CUT_OFF_WAIT_S
     while time.monotonic() < deadline:
-        decode = _decode_state(launcher)
-        idle = decode["num_running"] == decode["num_waiting"] == decode["active_decodes"] == 0
-        if idle and all(r["status"] != "running" for r in _recent(client)):
+        decode = _decode_state(client)
+        settled = running or all(r["status"] != "running" for r in _recent(client))
+        if decode["running"] == running and decode["waiting"] == 0 and settled:
             return decode
         time.sleep(0.1)
-    raise AssertionError("the decode instance never went idle")
+    raise AssertionError(f"the decode instance never had {running} running")
 
 
 def test_a_client_gone_mid_stream_is_cancelled_and_frees_its_slot(
     launcher: Launcher, client: httpx.Client
 ) -> None:
-    idle = _wait_settled(client, launcher)
+    idle = _wait(client, 0)
     before = _counter(client, "prfaas:requests").get(("cancelled", "499"), 0.0)
     body = {"model": MODEL, "prompt": "a stream cut short", "max_tokens": 5000, "stream": True}
     with client.stream("POST", "/v1/completions", json=body) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
-        assert _decode_state(launcher)["num_running"] == 1
-    decode = _wait_settled(client, launcher)
+        _wait(client, 1)
+    decode = _wait(client, 0)
     assert decode["free_pages"] == idle["free_pages"]
     assert _recent(client)[-1]["status"] == "cancelled"
     assert _counter(client, "prfaas:requests")[("cancelled", "499")] == before + 1
@@ -406,10 +425,10 @@ def test_a_client_gone_mid_stream_is_cancelled_and_frees_its_slot(
 def test_a_client_gone_before_a_json_answer_is_cancelled(
     launcher: Launcher, client: httpx.Client
 ) -> None:
-    idle = _wait_settled(client, launcher)
+    idle = _wait(client, 0)
     body = {"model": MODEL, "prompt": "a JSON request given up", "max_tokens": 5000}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
         httpx.post(launcher.url + "/v1/completions", json=body, timeout=2)
-    decode = _wait_settled(client, launcher)
+    decode = _wait(client, 0)
     assert decode["free_pages"] == idle["free_pages"]
     assert _recent(client)[-1]["status"] == "cancelled"

@@ -17,8 +17,9 @@ one, and the connection stays usable (uvicorn closes a connection whose app rais
 
 `header_timeout_protocol` is uvicorn's h11 protocol with a deadline on request headers: a
 connection that has not sent complete headers within `header_timeout_s` of connecting (or
-of starting its next request) is closed. uvicorn's own `timeout_keep_alive` bounds the idle
-time between requests, h11's `max_incomplete_event_size` the size of the headers.
+of starting its next request) is closed; what h11 cannot parse is answered with a JSON 400.
+uvicorn's own `timeout_keep_alive` bounds the idle time between requests, h11's
+`max_incomplete_event_size` the size of the headers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import uuid
 from typing import Any
 
+import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -206,6 +208,24 @@ def header_timeout_protocol(header_timeout_s: float) -> type[H11Protocol]:
             if self._header_deadline is not None:
                 self._header_deadline.cancel()
                 self._header_deadline = None
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's answer to a request h11 cannot parse (bad request line, headers over
+            the size limit, broken chunked framing), as OpenAI JSON instead of plain text."""
+            payload = json.dumps(error_body(msg, "invalid_request_error")).encode()
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+            ]
+            with contextlib.suppress(h11.LocalProtocolError):  # mid-response: just close
+                for event in (
+                    h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                    h11.Data(data=payload),
+                    h11.EndOfMessage(),
+                ):
+                    self.transport.write(self.conn.send(event))
+            self.transport.close()
 
         def _expired(self) -> None:
             self._header_deadline = None

@@ -7,11 +7,17 @@
 
 The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 
-Every error leaves as OpenAI's error JSON; the status comes from the `ServeError` class
-(errors.py), mapped in `_serve_error` only. A streamed request is placed and prefilled before
-the response starts, so placement and prefill errors keep their HTTP status; a failure after
-the first token ends the stream with an error event. When the client disconnects, Starlette
-cancels the stream: closing the decode instance's stream makes it cancel the request there.
+Every body is read, bounded and timed by `serve.edge.EdgeGuard` before a route runs (and any
+error a route lets escape becomes a JSON 500 there); headers have their own deadline
+(`header_timeout_protocol`). Every error leaves as OpenAI's error JSON; the status comes from
+the `ServeError` class (errors.py), mapped in `_serve_error` only. A streamed request is
+placed and prefilled before the response starts, so placement and prefill errors keep their
+HTTP status; a failure after the first token ends the stream with an error event.
+
+A client that disconnects cancels its request: Starlette cancels a stream, and a JSON request
+races its work against the disconnect (`_or_gone`). Either way the flow's generator is
+closed, which closes the decode instance's stream, which cancels the request there (its slot
+and pages freed). Each request is counted once by how it ended (`RouterMetrics.ended`).
 """
 
 from __future__ import annotations
