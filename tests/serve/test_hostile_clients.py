@@ -73,6 +73,15 @@ def client(launcher: Launcher) -> Iterator[httpx.Client]:
         yield c
 
 
+REFERENCE = "the same text before and after"
+
+
+@pytest.fixture(scope="module")
+def idle_text(client: httpx.Client) -> str:
+    """The reference prompt's text on the idle deployment (the first test asks for it)."""
+    return _valid(client, REFERENCE)
+
+
 def _post(
     client: httpx.Client, body: bytes, path: str = "/v1/completions", **headers: str
 ) -> httpx.Response:
@@ -153,7 +162,7 @@ HOSTILE: list[tuple[str, bytes, int]] = [
 
 @pytest.mark.parametrize(("name", "body", "status"), HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_bodies_get_an_openai_4xx(
-    client: httpx.Client, name: str, body: bytes, status: int
+    client: httpx.Client, idle_text: str, name: str, body: bytes, status: int
 ) -> None:
     path = "/v1/chat/completions" if b"messages" in body else "/v1/completions"
     _assert_openai_error(_post(client, body, path), status)
@@ -356,13 +365,15 @@ def test_any_body_gets_a_status_below_500_with_json_errors(
         _assert_openai_error(response)
 
 
-def test_the_deployment_serves_the_same_text_after_the_fuzzing(client: httpx.Client) -> None:
-    """Runs after the fuzz test: every instance still healthy, the same greedy text."""
+def test_the_deployment_serves_the_same_text_after_the_fuzzing(
+    client: httpx.Client, idle_text: str
+) -> None:
+    """Runs after the hostile and fuzz tests: every instance still healthy, no instance ever
+    marked down, the same text as on the idle deployment."""
     state = client.get("/admin/state").json()
     assert all(i["healthy"] for i in state["instances"])
-    assert _valid(client, "the same text before and after") == _valid(
-        client, "the same text before and after"
-    )
+    assert _counter(client, "prfaas:request_failures").get(("instance",), 0.0) == 0
+    assert _valid(client, REFERENCE) == idle_text
 
 
 def _recent(client: httpx.Client) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from prfaas.serve.errors import BadRequestError, ServeError
 from prfaas.serve.jsonbody import MAX_JSON_DEPTH, load_json
@@ -20,6 +21,7 @@ from prfaas.serve.openai_api import (
     CompletionRequest,
     parse_body,
 )
+from prfaas.serve.protocol import Sampling
 
 LIMIT = 1_000_000
 
@@ -259,3 +261,24 @@ def test_any_json_object_gives_a_request_or_a_400(body: dict[str, Any], chat: bo
     assert 0 <= req.sampling_temperature <= 2 and 0 < req.top_p <= 1
     assert all(req.stops) and len(req.stops) <= MAX_STOP_SEQUENCES
     req.text.encode("utf-8")  # what the router sends to /tokenize
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"seed": 2**64},
+        {"seed": -(2**63) - 1},
+        {"temperature": float("nan")},
+        {"temperature": 1e300},
+        {"top_p": 0.0},
+        {"top_k": 2**40},
+        {"stop": [""]},
+        {"max_tokens": 0},
+    ],
+)
+def test_the_instance_checks_sampling_again(fields: dict[str, Any]) -> None:
+    """Defence in depth: a `Sampling` the router should never send is refused by the
+    instance's own body model (a 422 there, the request's error), not run."""
+    base = {"max_tokens": 4, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+    with pytest.raises(ValidationError):
+        Sampling.model_validate({**base, **fields})
