@@ -192,8 +192,10 @@ def test_extreme_but_valid_parameters_are_served(client: httpx.Client, fields: d
     ["text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1"],
 )
 def test_wrong_content_types_are_415(client: httpx.Client, content_type: str) -> None:
+    before = _counter(client, "prfaas:requests").get(("failed", "415"), 0.0)
     response = _post(client, _completion(), **{"content-type": content_type})
     _assert_openai_error(response, 415)
+    assert _counter(client, "prfaas:requests")[("failed", "415")] == before + 1
 
 
 def test_a_chat_completion_id_and_text_parts(client: httpx.Client) -> None:

@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -51,10 +52,18 @@ LINGER_BYTES = 64 * 2**20
 
 
 class EdgeGuard:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int | None, body_timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int | None,
+        body_timeout_s: float,
+        on_refused: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.on_refused = on_refused  # (path, status) of a body refused here: for the metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -77,6 +86,8 @@ class EdgeGuard:
             if started:
                 raise
             await _respond(send, err.status_code, err.body(), close=True)
+            if self.on_refused is not None:
+                self.on_refused(scope["path"], err.status_code)
             if isinstance(err, PayloadTooLargeError):
                 await _linger(receive, self.body_timeout_s)
         except Exception:

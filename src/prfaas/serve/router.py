@@ -340,6 +340,12 @@ def _admin_routes(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:
         return {"actions": rt.slow_loop.step(rt), "threshold_tokens": rt.threshold_tokens}
 
 
+def _refused(holder: dict[str, RouterRuntime], path: str, status: int) -> None:
+    """A completions request refused at the edge (413, 415, 408) ends `failed` too."""
+    if path.startswith("/v1/") and "rt" in holder:
+        holder["rt"].metrics.ended("failed", status)
+
+
 def build_app(deployment: Deployment) -> FastAPI:
     holder: dict[str, RouterRuntime] = {}
 
@@ -361,7 +367,12 @@ def build_app(deployment: Deployment) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan)
     r = deployment.router
-    app.add_middleware(EdgeGuard, max_body_bytes=r.max_body_bytes, body_timeout_s=r.body_timeout_s)
+    app.add_middleware(
+        EdgeGuard,
+        max_body_bytes=r.max_body_bytes,
+        body_timeout_s=r.body_timeout_s,
+        on_refused=lambda path, status: _refused(holder, path, status),
+    )
 
     def runtime() -> RouterRuntime:
         return holder["rt"]
