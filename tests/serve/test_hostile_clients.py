@@ -61,7 +61,7 @@ def launcher() -> Iterator[Launcher]:
     launcher = Launcher(_deployment())
     launcher.start()
     try:
-        launcher.wait_healthy(timeout_s=60)
+        launcher.wait_healthy(timeout_s=120)  # a loaded 2-core CI host
         yield launcher
     finally:
         launcher.stop()
