@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from prfaas.planner.scenario import (
+    AdmissionFile,
     RebalanceFile,
     ScenarioFile,
     SimulationFile,
@@ -84,6 +85,12 @@ def _render(runs: list[SimRun]) -> None:
         )
     )
     rows.append(("prefix hit (tokens)", [f"{r.prefix_hit_fraction:.1%}" for r in reports]))
+    rows.append(
+        (
+            "rejected / deferrals",
+            [f"{sum(r.rejections.values())} / {r.num_deferrals}" for r in reports],
+        )
+    )
     rows.append(("slow-loop actions", [str(len(r.actions)) for r in reports]))
     for label, cells in rows:
         table.add_row(label, *cells)
@@ -126,6 +133,39 @@ TimeScalesOption = Annotated[
     ),
 ]
 
+AdmissionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--admission",
+        help="Admission control: off, shed (reject what would miss the TTFT SLO) or defer.",
+    ),
+]
+AdmissionMarginOption = Annotated[
+    float | None,
+    typer.Option(
+        "--admission-margin",
+        help="Refuse when predicted TTFT > SLO x (1 + this) (default 0).",
+    ),
+]
+
+
+def with_admission(body: ScenarioFile, mode: str | None, margin: float | None) -> ScenarioFile:
+    """`body` with the admission options applied (unchanged when neither is given)."""
+    if mode is None and margin is None:
+        return body
+    sim = body.simulation or SimulationFile()
+    update: dict[str, object] = {}
+    if mode is not None:
+        if mode not in {"off", "shed", "defer"}:
+            raise SpecError(f"--admission: {mode!r} is not one of off, shed, defer")
+        update["mode"] = mode
+    if margin is not None:
+        if margin < 0:
+            raise SpecError("--admission-margin must be >= 0")
+        update["margin_fraction"] = margin
+    admission = AdmissionFile.model_validate({**sim.admission.model_dump(), **update})
+    return body.model_copy(update={"simulation": sim.model_copy(update={"admission": admission})})
+
 
 def _render_sweep(rows: list[SweepRow]) -> None:
     table = Table(title="Time-scale sweep")
@@ -163,6 +203,8 @@ def command(
     as_json: JsonOption = False,
     plot_dir: PlotDirOption = None,
     time_scales: TimeScalesOption = None,
+    admission: AdmissionOption = None,
+    admission_margin: AdmissionMarginOption = None,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
@@ -177,6 +219,7 @@ def command(
         body = body.model_copy(
             update={"arrivals": body.arrivals.model_copy(update={"time_scale": time_scale})}
         )
+    body = with_admission(body, admission, admission_margin)
     if rebalance_period is not None:
         sim = body.simulation or SimulationFile()
         rebalance = (sim.rebalance or RebalanceFile()).model_copy(

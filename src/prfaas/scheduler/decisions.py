@@ -55,6 +55,9 @@ class Reason(StrEnum):
 class RejectReason(StrEnum):
     NO_PREFILL_INSTANCE = "no-prefill-instance"
     NO_DECODE_INSTANCE = "no-decode-instance"
+    # Admission control (scheduler.admission).
+    PREDICTED_TTFT_OVER_SLO = "predicted-ttft-over-slo"
+    DEFERRED_TOO_LONG = "deferred-too-long"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +89,25 @@ class RouteDecision:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
+    """The request is refused. Admission control sets `retry_after_s` (when to try again) and
+    `predicted_ttft_s` (what it would have seen); a missing instance sets neither."""
+
     request_id: RequestId
     reason: RejectReason
+    retry_after_s: float | None = None
+    predicted_ttft_s: float | None = None
 
 
-Decision = RouteDecision | Rejection
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """Admission control holds the request at the router: route it again in `retry_after_s`."""
+
+    request_id: RequestId
+    retry_after_s: float
+    predicted_ttft_s: float
+
+
+Decision = RouteDecision | Rejection | Deferral
 
 
 class RebalanceReason(StrEnum):

@@ -9,6 +9,8 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:kv_transfer_bytes_total{path}           counter  KV bytes shipped prefill -> decode
     prfaas:prefix_hit_tokens_total{path}           counter  prompt tokens restored from cache
     prfaas:request_failures_total{kind}            counter
+    prfaas:admission_rejections_total{reason}      counter  429s of admission control
+    prfaas:admission_deferrals_total               counter  waits of deferred requests
     prfaas:link_egress_bytes_per_second            gauge    inter-cluster link, measured
     prfaas:link_backlog_bytes                      gauge
     prfaas:link_utilisation                        gauge
@@ -70,6 +72,12 @@ class RouterMetrics:
             "prfaas:prefix_hit_tokens", "Prompt tokens from prefix cache.", ["path"], registry=r
         )
         self.failures = Counter("prfaas:request_failures", "Failed requests.", ["kind"], registry=r)
+        self.admission_rejections = Counter(
+            "prfaas:admission_rejections", "Admission rejections (429).", ["reason"], registry=r
+        )
+        self.admission_deferrals = Counter(
+            "prfaas:admission_deferrals", "Admission deferrals (waits).", registry=r
+        )
         self.egress = Gauge(
             "prfaas:link_egress_bytes_per_second", "Inter-cluster egress.", registry=r
         )
