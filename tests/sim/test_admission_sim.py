@@ -26,7 +26,8 @@ def test_shed_rejects_with_reason_and_keeps_goodput(tmp_path: Path) -> None:
     shed = simulate_scenario(str(path), "prfaas").report
     rejected = shed.rejections.get("predicted-ttft-over-slo", 0)
     assert rejected > 0
-    assert shed.summary.failures == {"predicted-ttft-over-slo": rejected}
+    assert shed.summary.rejections == {"predicted-ttft-over-slo": rejected}
+    assert shed.summary.num_failed == 0 and shed.summary.num_rejected == rejected
     assert shed.summary.num_completed + rejected == 300
     assert off.rejections == {} and off.summary.num_completed == 300
     in_slo_shed = round((shed.summary.goodput_per_s or 0) * shed.summary.duration_s)
@@ -56,7 +57,7 @@ def test_defer_retries_before_rejecting(tmp_path: Path) -> None:
     rate=st.floats(0.5, 12.0),
     policy=st.sampled_from(["prfaas", "homogeneous", "dynamo", "naive"]),
 )
-def test_every_arrival_ends_completed_failed_or_rejected(
+def test_every_arrival_ends_completed_failed_or_rejected(  # noqa: PLR0917 (hypothesis draws)
     tmp_path: Path, mode: str, margin: float, max_defer_s: float, rate: float, policy: str
 ) -> None:
     admission = {"mode": mode, "margin_fraction": margin, "max_defer_s": max_defer_s}
@@ -68,8 +69,10 @@ def test_every_arrival_ends_completed_failed_or_rejected(
     report = simulate_scenario(str(path), policy).report
     s = report.summary
     assert s.num_requests == 60  # one record per arrival, none lost or doubled
-    assert s.num_completed + s.num_failed == 60
-    # Every failure is an explicit rejection with a reason.
-    assert sum(s.failures.values()) == sum(report.rejections.values())
+    assert s.num_completed + s.num_failed + s.num_rejected == 60
+    # Nothing fails here (every stage has instances); whatever did not complete was refused
+    # explicitly, with a reason.
+    assert s.num_failed == 0
+    assert s.rejections == report.rejections
     if mode == "off":
         assert report.rejections == {} and report.num_deferrals == 0

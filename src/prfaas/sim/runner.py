@@ -294,6 +294,7 @@ class Simulator:
                     request.arrival_s,
                     request.input_tokens,
                     error=str(decision.reason),
+                    is_rejected=decision.retry_after_s is not None,  # admission, not a failure
                 )
             )
             return
