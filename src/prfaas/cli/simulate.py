@@ -147,6 +147,18 @@ AdmissionMarginOption = Annotated[
         help="Refuse when predicted TTFT > SLO x (1 + this) (default 0).",
     ),
 ]
+SloCapacityOption = Annotated[
+    bool,
+    typer.Option(
+        "--slo-capacity",
+        help="Find each policy's SLO capacity (>= 99%% in SLO), then sweep every policy across "
+        "--load-factors x the first policy's capacity.",
+    ),
+]
+LoadFactorsOption = Annotated[
+    str,
+    typer.Option("--load-factors", help="Loads of the --slo-capacity sweep, x the capacity."),
+]
 
 
 def with_admission(body: ScenarioFile, mode: str | None, margin: float | None) -> ScenarioFile:
@@ -205,6 +217,8 @@ def command(
     time_scales: TimeScalesOption = None,
     admission: AdmissionOption = None,
     admission_margin: AdmissionMarginOption = None,
+    slo_capacity: SloCapacityOption = False,
+    load_factors: LoadFactorsOption = "0.5,0.75,1,1.25,1.5,2",
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
@@ -231,6 +245,11 @@ def command(
     policies: list[str | None] = (
         [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
     )
+    if slo_capacity:
+        from prfaas.cli import slo_capacity as capacity
+
+        capacity.run(body, base_dir, Path(scenario).name, policies, load_factors, as_json, plot_dir)
+        return
     if time_scales is not None:
         _sweep(body, base_dir, scenario, policies, time_scales, as_json, plot_dir)
         return
