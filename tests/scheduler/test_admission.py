@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from scheduler_fixtures import GB, make_config, make_view, req
 
@@ -23,7 +25,7 @@ from prfaas.scheduler import (
 
 
 def scheduler(mode: AdmissionMode, slo_s: float = 2.0, **kwargs: object) -> GlobalScheduler:
-    config = make_config()
+    config = make_config(burst_enter_s=math.inf)  # keep short requests at PD-P (burst rule off)
     admission = AdmissionPolicy(AdmissionConfig(mode, ttft_slo_s=slo_s, **kwargs))  # type: ignore[arg-type]
     return GlobalScheduler(PrfaasPolicy(config), config, admission=admission)
 

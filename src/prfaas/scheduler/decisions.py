@@ -40,6 +40,8 @@ class Reason(StrEnum):
     LINK_CONGESTED = "link-congested"
     LINK_CONGESTED_PD_P_BUSIER = "link-congested-pd-p-busier"
     PRFAAS_QUEUE_SURGE = "prfaas-queue-surge"
+    # Work-conserving under bursts: a short request whose PD-P finish is far behind PrfaaS's.
+    BURST_SHORT_TO_PRFAAS = "burst-short-to-prfaas"
     NO_PRFAAS_INSTANCE = "no-prfaas-instance"
     NO_PD_PREFILL_INSTANCE = "no-pd-prefill-instance"
     # Baselines.
