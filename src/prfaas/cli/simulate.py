@@ -155,6 +155,13 @@ SloCapacityOption = Annotated[
         "--load-factors x the first policy's capacity.",
     ),
 ]
+CapacityToleranceOption = Annotated[
+    float,
+    typer.Option(
+        "--capacity-tolerance",
+        help="Stop the --slo-capacity bisection when the bracket is within this fraction.",
+    ),
+]
 LoadFactorsOption = Annotated[
     str,
     typer.Option("--load-factors", help="Loads of the --slo-capacity sweep, x the capacity."),
@@ -219,6 +226,7 @@ def command(
     admission_margin: AdmissionMarginOption = None,
     slo_capacity: SloCapacityOption = False,
     load_factors: LoadFactorsOption = "0.5,0.75,1,1.25,1.5,2",
+    capacity_tolerance: CapacityToleranceOption = 0.02,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
@@ -248,7 +256,13 @@ def command(
     if slo_capacity:
         from prfaas.cli import slo_capacity as capacity
 
-        capacity.run(body, base_dir, Path(scenario).name, policies, load_factors, as_json, plot_dir)
+        capacity.run(
+            body,
+            base_dir,
+            Path(scenario).name,
+            policies,
+            capacity.SweepOptions(load_factors, capacity_tolerance, as_json, plot_dir),
+        )
         return
     if time_scales is not None:
         _sweep(body, base_dir, scenario, policies, time_scales, as_json, plot_dir)

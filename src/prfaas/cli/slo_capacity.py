@@ -4,6 +4,7 @@ policy across a load sweep of the first policy's capacity, as a table, JSON and 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -61,16 +62,25 @@ def _render(results: list[CapacityResult], rows: list[LoadPoint]) -> None:
     console.print(sweep)
 
 
-def run(  # noqa: PLR0917 (the command's options, passed on)
+@dataclass(frozen=True, slots=True)
+class SweepOptions:
+    load_factors: str
+    tolerance: float
+    as_json: bool
+    plot_dir: Path | None
+
+
+def run(
     body: ScenarioFile,
     base_dir: Path,
     where: str,
     policies: list[str | None],
-    load_factors: str,
-    as_json: bool,
-    plot_dir: Path | None,
+    options: SweepOptions,
 ) -> None:
-    factors = parse_factors(load_factors)
+    factors = parse_factors(options.load_factors)
+    if not 0 < options.tolerance < 1:
+        raise SpecError("--capacity-tolerance: give a fraction in (0, 1), e.g. 0.02")
+    as_json, plot_dir = options.as_json, options.plot_dir
     names = [p or (body.simulation.policy if body.simulation else "prfaas") for p in policies]
     with Progress(transient=True, disable=as_json) as bar:
         task = bar.add_task("searching", total=None)
@@ -78,7 +88,10 @@ def run(  # noqa: PLR0917 (the command's options, passed on)
         def tick(name: str, _: float) -> None:
             bar.update(task, description=f"simulating {name}")
 
-        results = [slo_capacity(body, base_dir, where, name, progress=tick) for name in names]
+        results = [
+            slo_capacity(body, base_dir, where, name, rel_tol=options.tolerance, progress=tick)
+            for name in names
+        ]
         rows = capacity_sweep(
             body, base_dir, where, results[0], load_factors=factors, policies=names, progress=tick
         )
