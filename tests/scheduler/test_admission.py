@@ -106,3 +106,19 @@ def test_config_rejects_nonsense() -> None:
         AdmissionConfig(AdmissionMode.SHED, ttft_slo_s=0)
     with pytest.raises(ValueError, match="margin"):
         AdmissionConfig(AdmissionMode.SHED, margin_fraction=-0.1)
+
+
+def test_a_full_decode_batch_is_refused_even_when_prefill_is_quick() -> None:
+    s = scheduler(AdmissionMode.SHED, slo_s=2.0)
+    # The fixture's decode instances hold BS_max = 8; fill d0 and d1 past their prefills.
+    for k in range(16):
+        rid = RequestId(f"dec-{k}")
+        s.ledger.dispatch(rid, InstanceId("p0"), 0.0, InstanceId(f"d{k % 2}"), 0)
+        s.ledger.prefill_done(rid)
+    assert s.ledger.decoding_requests(InstanceId("d0")) == 8
+    decision = s.route(req("r", 5_000), make_view())
+    assert isinstance(decision, Rejection) and decision.reason is RejectReason.DECODE_BATCH_FULL
+    assert decision.retry_after_s == 1.0
+    s.ledger.decode_done(RequestId("dec-0"))  # a slot frees on d0
+    assert s.ledger.decoding_requests(InstanceId("d0")) == 7
+    assert isinstance(s.route(req("r2", 5_000), make_view()), RouteDecision)

@@ -14,13 +14,12 @@ from prfaas.sim.capacity import SLO_TARGET, capacity_sweep, search_scale, slo_ca
 
 
 @given(
-    threshold=st.floats(0.01, 50.0),
+    ratio=st.floats(0.001, 7.9),  # threshold / start: up to 8x the load below the start
     start=st.floats(0.05, 20.0),
     rel_tol=st.floats(0.005, 0.2),
 )
-def test_search_brackets_a_monotone_threshold(
-    threshold: float, start: float, rel_tol: float
-) -> None:
+def test_search_brackets_a_monotone_threshold(ratio: float, start: float, rel_tol: float) -> None:
+    threshold = ratio * start
     calls: list[float] = []
 
     def meets(scale: float) -> bool:  # scales at or above the threshold meet the target
@@ -35,8 +34,14 @@ def test_search_brackets_a_monotone_threshold(
 
 
 def test_search_gives_up_after_max_probes() -> None:
-    meet, miss = search_scale(lambda _: False, 1.0, 0.02, max_probes=5)
-    assert (meet, miss) == (None, 16.0)
+    meet, miss = search_scale(lambda _: False, 1.0, 0.02, max_probes=3)
+    assert (meet, miss) == (None, 4.0)
+
+
+def test_search_stops_when_even_a_small_load_misses() -> None:
+    calls: list[float] = []
+    meet, miss = search_scale(lambda s: bool(calls.append(s)), 1.0, 0.02, max_probes=20)
+    assert (meet, miss) == (None, 8.0) and calls == [1.0, 2.0, 4.0, 8.0]
 
 
 def test_capacity_and_sweep_on_a_small_scenario(tmp_path: Path) -> None:

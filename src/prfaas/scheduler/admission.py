@@ -16,6 +16,12 @@ placement chose:
                (KV streams while prefill runs, so the later of prefill end and link drain)
     PD-P:      TTFT ~ move_s + queue_s + prefill_s (RDMA is never the bottleneck, Eq. 4)
 
+Decode is judged too: when the chosen decode instance already holds BS_max requests past their
+prefill (its batch is full now; the ledger counts them from prefill done to decode done), a
+new one is likely to wait for a slot, and its first inter-token gap would hold that wait, so
+it would miss the TPOT objective however fast its prefill is; it is refused
+(`decode-batch-full`) or deferred like a late prediction.
+
 The ledger counts a running prefill at its full estimate (it does not know how far it got), so
 the prediction errs late by at most one prefill; `margin_fraction` sets how far past the SLO
 a prediction may go before the request is refused.
@@ -37,7 +43,7 @@ from enum import StrEnum
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import Deferral, Rejection, RejectReason, RouteDecision, ServePath
 from prfaas.scheduler.load import DispatchLedger
-from prfaas.scheduler.view import ClusterView, RouteRequest
+from prfaas.scheduler.view import ClusterView, Role, RouteRequest
 
 
 class AdmissionMode(StrEnum):
@@ -100,6 +106,15 @@ def predict_ttft_s(
     return max(prefill_end_s, send_s) + link.rtt_s / 2
 
 
+def _decode_full(decision: RouteDecision, view: ClusterView, ledger: DispatchLedger) -> bool:
+    """Whether the chosen decode instance has BS_max requests dispatched already (0: unknown)."""
+    for inst in view.accepting(Role.PD_DECODE):
+        if inst.instance_id == decision.decode_instance_id:
+            limit = inst.max_batch_size
+            return limit > 0 and ledger.decoding_requests(inst.instance_id) >= limit
+    return False
+
+
 class AdmissionPolicy:
     """Judges a placed decision: None (admit), a `Rejection` or a `Deferral`."""
 
@@ -122,8 +137,11 @@ class AdmissionPolicy:
             return None
         predicted_s = predict_ttft_s(decision, request, view, ledger, config)
         excess_s = predicted_s - cfg.limit_s
+        reason = RejectReason.PREDICTED_TTFT_OVER_SLO
         if excess_s <= 0:
-            return None
+            if not _decode_full(decision, view, ledger):
+                return None
+            reason, excess_s = RejectReason.DECODE_BATCH_FULL, 0.0
         retry_s = float(max(cfg.min_retry_after_s, math.ceil(excess_s)))
         if cfg.mode is AdmissionMode.DEFER:
             if waited_s + retry_s <= cfg.max_defer_s:
@@ -131,6 +149,4 @@ class AdmissionPolicy:
             return Rejection(
                 request.request_id, RejectReason.DEFERRED_TOO_LONG, retry_s, predicted_s
             )
-        return Rejection(
-            request.request_id, RejectReason.PREDICTED_TTFT_OVER_SLO, retry_s, predicted_s
-        )
+        return Rejection(request.request_id, reason, retry_s, predicted_s)

@@ -59,6 +59,7 @@ class RejectReason(StrEnum):
     NO_DECODE_INSTANCE = "no-decode-instance"
     # Admission control (scheduler.admission).
     PREDICTED_TTFT_OVER_SLO = "predicted-ttft-over-slo"
+    DECODE_BATCH_FULL = "decode-batch-full"
     DEFERRED_TOO_LONG = "deferred-too-long"
 
 

@@ -10,7 +10,9 @@ their arrival times) goes as 1/s. The search:
 
 1. Probe s = `start_scale` (1: the scenario as written).
 2. Bracket: if the probe meets the target, halve s (double the load) until a probe misses it;
-   if it misses, double s until one meets it. At most `max_probes` probes in all.
+   if it misses, double s until one meets it, at most `MAX_LOAD_HALVINGS` times (a deployment
+   that misses at 1/8 of the start load has a floor of misses that load does not explain: no
+   capacity). At most `max_probes` probes in all.
 3. Bisect in log s between the largest-load probe that met the target and the smallest-load
    probe that missed, until they are within `rel_tol` (2%) of each other.
 
@@ -34,6 +36,8 @@ from prfaas.specs.errors import SpecError
 
 #: Share of requests that must meet the SLO (the issue's definition of SLO capacity).
 SLO_TARGET = 0.99
+#: How many times the search halves the load looking for a probe that meets the target.
+MAX_LOAD_HALVINGS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +146,8 @@ def search_scale(
     miss: float | None = None
     scale, num_probes = start_scale, 0
     while num_probes < max_probes and (meet is None or miss is None):
+        if meet is None and scale > start_scale * 2**MAX_LOAD_HALVINGS:
+            break  # misses even at a tiny load: a floor of misses load does not explain
         num_probes += 1
         if meets(scale):
             meet, scale = scale, scale / 2
