@@ -23,6 +23,7 @@ class FakeOptions:
     tokens_per_event: int = 1
     token_delay_s: float = 0.001
     fail_every: int = 0  # every n-th completion gets HTTP 503
+    reject_every: int = 0  # every n-th completion gets HTTP 429 (admission control)
     error_event_every: int = 0  # every n-th completion streams an error after one chunk
     not_found: bool = False  # answer 404 to everything (not an OpenAI endpoint)
 
@@ -105,6 +106,11 @@ class FakeServer:
         index = len(self.bodies)
         if opts.fail_every and index % opts.fail_every == 0:
             return _json(writer, 503, {"error": {"message": "busy", "code": "overloaded"}})
+        if opts.reject_every and index % opts.reject_every == 0:
+            body = {
+                "error": {"message": "later", "type": "requests", "code": "rate_limit_exceeded"}
+            }
+            return _json(writer, 429, body)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
         )

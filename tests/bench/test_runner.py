@@ -52,6 +52,17 @@ def test_failures_are_counted_with_reasons(fake_server: FakeServer) -> None:
     assert summary.num_completed == 12
 
 
+def test_429s_are_rejections_not_failures(fake_server: FakeServer) -> None:
+    fake_server.options.fail_every = 4
+    fake_server.options.reject_every = 3
+    result = asyncio.run(run_bench(BenchConfig(fake_server.url, max_concurrency=1), _synthetic(12)))
+    summary = result.summary(None)
+    # Requests 4, 8, 12 fail (503 first); 3, 6, 9 are refused with 429.
+    assert summary.failures == {"http 503 (overloaded)": 3}
+    assert summary.rejections == {"http 429 (rate_limit_exceeded)": 3}
+    assert (summary.num_completed, summary.num_failed, summary.num_rejected) == (6, 3, 3)
+
+
 def test_trace_replay_keeps_the_shared_prefix(fake_server: FakeServer, tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text(

@@ -71,6 +71,8 @@ def test_round_trip_and_json_schema() -> None:
         {"schema": "prfaas.metrics/2"},
         {"num_failed": 0},  # completed + failed != requests
         {"failures": {}},  # reasons do not add up
+        {"num_rejected": 1},  # completed + failed + rejected != requests
+        {"rejections": {"x": 1}},  # rejections do not add up
         {"goodput_per_s": 1.0},  # goodput without an SLO
         {"ttft_s": {"count": 0, "mean": 1.0, "median": None, "p90": None, "p99": None}},
         {"extra_key": 1},

@@ -11,7 +11,9 @@ gives the server's own prompt length and `prfaas.path` / `prfaas.hit_tokens` (ou
 `prompt_tokens_details.cached_tokens` (OpenAI) the path and the prefix hit.
 
 Nothing here raises for a failed request: every failure is a record with a short, countable
-reason (`http 503 (code)`, `stream error (code)`, `timeout`, `connection lost`, ...).
+reason (`http 503 (code)`, `stream error (code)`, `timeout`, `connection lost`, ...). A 429
+(the router's admission control: overloaded, retry later) is a *rejection*, not a failure:
+the record says `is_rejected` and the summary counts it apart (`num_rejected`).
 `CANNOT_CONNECT` is special: the runner stops the run on it (the server is gone).
 """
 
@@ -32,6 +34,9 @@ from prfaas.metrics import RequestRecord
 CANNOT_CONNECT = "cannot connect"
 #: Bytes of an error response body read to find its OpenAI error code.
 ERROR_BODY_BYTES = 65536
+
+#: The status of a refusal by admission control (counted apart from failures, with a reason).
+REJECTED_STATUS = 429
 
 Clock = Callable[[], float]
 
@@ -180,6 +185,7 @@ async def stream_completion(
         stream.prompt_tokens or input_tokens,
         [] if failure is not None else stream.token_times(),
         error=failure,
+        is_rejected=failure is not None and failure.startswith(f"http {REJECTED_STATUS} "),
         path=stream.path,
         cached_tokens=stream.cached_tokens,
     )

@@ -96,7 +96,10 @@ def _render(summary: MetricsSummary, result: BenchResult, source: str) -> None:
     table.add_column("value", justify="right")
     s = summary
     table.add_row("workload", source)
-    table.add_row("requests completed / failed", f"{s.num_completed} / {s.num_failed}")
+    table.add_row(
+        "requests completed / failed / rejected (429)",
+        f"{s.num_completed} / {s.num_failed} / {s.num_rejected}",
+    )
     table.add_row("duration, first arrival -> last token (s)", f"{s.duration_s:.2f}")
     table.add_row("wall time (s)", f"{result.duration_s:.2f}")
     table.add_row("request throughput (req/s)", f"{s.request_throughput_per_s:.2f}")
@@ -113,6 +116,8 @@ def _render(summary: MetricsSummary, result: BenchResult, source: str) -> None:
         table.add_row("paths", ", ".join(f"{k} {v}" for k, v in s.paths.items()))
     for reason, count in s.failures.items():
         table.add_row("failed: " + reason, str(count))
+    for reason, count in s.rejections.items():
+        table.add_row("rejected: " + reason, str(count))
     Console().print(table)
 
 

@@ -155,11 +155,19 @@ CacheOption = Annotated[
 
 
 def command(
+    *,
     scenario: ScenarioOption = "paper-case-study",
     as_json: JsonOption = False,
     plot_dir: PlotDirOption = None,
     trace: TraceOption = None,
     cache_blocks: CacheOption = None,
+    pool_aware: Annotated[
+        bool,
+        typer.Option(
+            "--pool-aware",
+            help="Also plan on the hits per-instance pools would see (trace workloads).",
+        ),
+    ] = False,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
@@ -168,10 +176,20 @@ def command(
         body = _with_trace(body, trace, cache_blocks)
     resolved = build_scenario(body, base_dir, Path(scenario).name)
     report = plan(resolved.hardware, resolved.workload, resolved.threshold_step_tokens)
+    points = None
+    if pool_aware:
+        from prfaas.cli import plan_pool
+
+        points = plan_pool.pool_aware_points(body, base_dir, resolved)
     if as_json:
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        out = report.to_json()
+        if points is not None:
+            out = {**out, "pool_aware": plan_pool.points_json(points)}
+        typer.echo(json.dumps(out, indent=2))
     else:
         _render(resolved, report)
+        if points is not None:
+            plan_pool.render(points)
     if plot_dir is not None:
         for path in _write_plots(report, plot_dir):
             typer.echo(f"wrote {path}", err=as_json)

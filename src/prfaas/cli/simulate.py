@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from prfaas.planner.scenario import (
+    AdmissionFile,
     RebalanceFile,
     ScenarioFile,
     SimulationFile,
@@ -84,6 +85,12 @@ def _render(runs: list[SimRun]) -> None:
         )
     )
     rows.append(("prefix hit (tokens)", [f"{r.prefix_hit_fraction:.1%}" for r in reports]))
+    rows.append(
+        (
+            "rejected / deferrals",
+            [f"{sum(r.rejections.values())} / {r.num_deferrals}" for r in reports],
+        )
+    )
     rows.append(("slow-loop actions", [str(len(r.actions)) for r in reports]))
     for label, cells in rows:
         table.add_row(label, *cells)
@@ -126,6 +133,58 @@ TimeScalesOption = Annotated[
     ),
 ]
 
+AdmissionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--admission",
+        help="Admission control: off, shed (reject what would miss the TTFT SLO) or defer.",
+    ),
+]
+AdmissionMarginOption = Annotated[
+    float | None,
+    typer.Option(
+        "--admission-margin",
+        help="Refuse when predicted TTFT > SLO x (1 + this) (default 0).",
+    ),
+]
+SloCapacityOption = Annotated[
+    bool,
+    typer.Option(
+        "--slo-capacity",
+        help="Find each policy's SLO capacity (>= 99%% in SLO), then sweep every policy across "
+        "--load-factors x the first policy's capacity.",
+    ),
+]
+CapacityToleranceOption = Annotated[
+    float,
+    typer.Option(
+        "--capacity-tolerance",
+        help="Stop the --slo-capacity bisection when the bracket is within this fraction.",
+    ),
+]
+LoadFactorsOption = Annotated[
+    str,
+    typer.Option("--load-factors", help="Loads of the --slo-capacity sweep, x the capacity."),
+]
+
+
+def with_admission(body: ScenarioFile, mode: str | None, margin: float | None) -> ScenarioFile:
+    """`body` with the admission options applied (unchanged when neither is given)."""
+    if mode is None and margin is None:
+        return body
+    sim = body.simulation or SimulationFile()
+    update: dict[str, object] = {}
+    if mode is not None:
+        if mode not in {"off", "shed", "defer"}:
+            raise SpecError(f"--admission: {mode!r} is not one of off, shed, defer")
+        update["mode"] = mode
+    if margin is not None:
+        if margin < 0:
+            raise SpecError("--admission-margin must be >= 0")
+        update["margin_fraction"] = margin
+    admission = AdmissionFile.model_validate({**sim.admission.model_dump(), **update})
+    return body.model_copy(update={"simulation": sim.model_copy(update={"admission": admission})})
+
 
 def _render_sweep(rows: list[SweepRow]) -> None:
     table = Table(title="Time-scale sweep")
@@ -163,6 +222,11 @@ def command(
     as_json: JsonOption = False,
     plot_dir: PlotDirOption = None,
     time_scales: TimeScalesOption = None,
+    admission: AdmissionOption = None,
+    admission_margin: AdmissionMarginOption = None,
+    slo_capacity: SloCapacityOption = False,
+    load_factors: LoadFactorsOption = "0.5,0.75,1,1.25,1.5,2",
+    capacity_tolerance: CapacityToleranceOption = 0.02,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
@@ -177,6 +241,7 @@ def command(
         body = body.model_copy(
             update={"arrivals": body.arrivals.model_copy(update={"time_scale": time_scale})}
         )
+    body = with_admission(body, admission, admission_margin)
     if rebalance_period is not None:
         sim = body.simulation or SimulationFile()
         rebalance = (sim.rebalance or RebalanceFile()).model_copy(
@@ -188,6 +253,17 @@ def command(
     policies: list[str | None] = (
         [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
     )
+    if slo_capacity:
+        from prfaas.cli import slo_capacity as capacity
+
+        capacity.run(
+            body,
+            base_dir,
+            Path(scenario).name,
+            policies,
+            capacity.SweepOptions(load_factors, capacity_tolerance, as_json, plot_dir),
+        )
+        return
     if time_scales is not None:
         _sweep(body, base_dir, scenario, policies, time_scales, as_json, plot_dir)
         return

@@ -35,6 +35,8 @@ class RequestRecord:
     inter-token gaps after it as (gap_s, count) runs. A streamed chunk carrying several tokens
     counts as that many tokens at the same instant, so ITL has one zero gap per extra token (as
     vLLM counts them). `error` is None for a completed request and a short reason otherwise;
+    `is_rejected` marks an error that is a refusal by admission control (HTTP 429, or the
+    simulator's admission), which summaries count apart from failures;
     `path` names how it was served (e.g. "prfaas", "pd-p") when the server says so.
     """
 
@@ -46,6 +48,7 @@ class RequestRecord:
     error: str | None = None
     path: str | None = None
     cached_tokens: int = 0
+    is_rejected: bool = False
     #: Derived once from `gaps` (summaries read them many times per record).
     output_tokens: int = field(init=False)
     decode_s: float = field(init=False)
@@ -68,7 +71,7 @@ class RequestRecord:
         arrival_s: float,
         input_tokens: int,
         token_times_s: Sequence[float],
-        **details: str | int | None,
+        **details: str | int | bool | None,
     ) -> RequestRecord:
         """A record from every token's arrival time, as a client measures them."""
         first = token_times_s[0] if token_times_s else None

@@ -50,6 +50,8 @@ class MetricsModel(_Strict):
     num_completed: int = Field(ge=0)
     num_failed: int = Field(ge=0)
     failures: dict[str, int]
+    num_rejected: int = Field(ge=0)  # refused by admission control (429), not failures
+    rejections: dict[str, int]
     duration_s: float = Field(ge=0)
     request_throughput_per_s: float = Field(ge=0)
     input_token_throughput_per_s: float = Field(ge=0)
@@ -64,10 +66,12 @@ class MetricsModel(_Strict):
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> MetricsModel:
-        if self.num_completed + self.num_failed != self.num_requests:
-            raise ValueError("num_completed + num_failed != num_requests")
+        if self.num_completed + self.num_failed + self.num_rejected != self.num_requests:
+            raise ValueError("num_completed + num_failed + num_rejected != num_requests")
         if sum(self.failures.values()) != self.num_failed:
             raise ValueError("failures do not add up to num_failed")
+        if sum(self.rejections.values()) != self.num_rejected:
+            raise ValueError("rejections do not add up to num_rejected")
         if self.ttft_s.count != self.num_completed:
             raise ValueError("ttft_s.count != num_completed")
         if (self.goodput_per_s is None) != (self.slo is None):

@@ -73,6 +73,8 @@ class MetricsSummary:
     num_completed: int
     num_failed: int
     failures: dict[str, int]
+    num_rejected: int  # refused by admission control (429), not counted in num_failed
+    rejections: dict[str, int]
     duration_s: float
     request_throughput_per_s: float
     input_token_throughput_per_s: float
@@ -96,7 +98,8 @@ def summarize(
     definition both `prfaas simulate` and `prfaas bench` report (rates are per that second)."""
     records = list(records)
     done = [r for r in records if r.is_completed]
-    failed = [r for r in records if not r.is_completed]
+    failed = [r for r in records if not r.is_completed and not r.is_rejected]
+    rejected = [r for r in records if r.is_rejected]
     if duration_s is None:
         ends = [r.last_token_s for r in done if r.last_token_s is not None]
         start = min((r.arrival_s for r in records), default=0.0)
@@ -107,6 +110,8 @@ def summarize(
         num_completed=len(done),
         num_failed=len(failed),
         failures=dict(Counter(r.error or "no tokens" for r in failed)),
+        num_rejected=len(rejected),
+        rejections=dict(Counter(r.error or "rejected" for r in rejected)),
         duration_s=duration_s,
         request_throughput_per_s=len(done) * rate,
         input_token_throughput_per_s=sum(r.input_tokens for r in done) * rate,

@@ -20,7 +20,7 @@
                                            # {at_s: 1800, input_scale: 0.5} rescales inputs
     link: {rtt_s: 0.01, connections: 8, capacity_steps: [{at_s: 600, gbps: 5}]}
     simulation: {policy: prfaas, seed: 0, slo: {ttft_s: 10, tpot_s: 0.025},
-                 rebalance: {period_s: 120}}
+                 rebalance: {period_s: 120}, admission: {mode: shed}}
 
 Token counts accept `128K` (= 131,072). Validation is pydantic; any problem is a one-line
 `SpecFileError` naming the file and the field. Scenarios shipped with the package live in
@@ -181,6 +181,14 @@ class RebalanceFile(_Strict):
     min_samples: int = Field(default=200, ge=1)
 
 
+class AdmissionFile(_Strict):
+    """Admission control (prfaas.scheduler.admission); the TTFT objective is `slo.ttft_s`."""
+
+    mode: Literal["off", "shed", "defer"] = "off"
+    margin_fraction: float = Field(default=0.0, ge=0)
+    max_defer_s: float = Field(default=30.0, ge=0)
+
+
 class DeploymentFile(_Strict):
     n_prfaas: int = Field(ge=0)
     n_p: int = Field(ge=0)
@@ -195,6 +203,7 @@ class SimulationFile(_Strict):
     seed: int = 0
     slo: SloFile = Field(default_factory=SloFile)
     rebalance: RebalanceFile | None = None
+    admission: AdmissionFile = Field(default_factory=AdmissionFile)
     deployment: DeploymentFile | None = None
     prefill_chunk_tokens: Tokens = 8192
     prefill_max_batch_requests: int = Field(default=1, ge=1)

@@ -2,13 +2,20 @@
 
 Short timescale: `GlobalScheduler.route` places each request through a `RoutingPolicy`
 (`PrfaasPolicy` or a baseline) and answers a `RouteDecision` (or a `Rejection`) with a reason
-code. Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
+code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO.
+Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
 It sees the world only through `ClusterView` and imports specs, workload, planner and kvcache,
 never sim or serve (DESIGN.md). Triggers and defaults: docs/scheduler.md.
 """
 
 from __future__ import annotations
 
+from prfaas.scheduler.admission import (
+    AdmissionConfig,
+    AdmissionMode,
+    AdmissionPolicy,
+    predict_ttft_s,
+)
 from prfaas.scheduler.bandwidth import BandwidthModeTracker, link_pressure
 from prfaas.scheduler.baselines import (
     POLICIES,
@@ -23,6 +30,7 @@ from prfaas.scheduler.decisions import (
     BandwidthMode,
     CacheMove,
     Decision,
+    Deferral,
     FlipRole,
     Reason,
     RebalanceAction,
@@ -42,12 +50,16 @@ from prfaas.scheduler.view import ClusterView, InstanceView, LinkView, Role, Rou
 
 __all__ = [
     "POLICIES",
+    "AdmissionConfig",
+    "AdmissionMode",
+    "AdmissionPolicy",
     "BandwidthConfig",
     "BandwidthMode",
     "BandwidthModeTracker",
     "CacheMove",
     "ClusterView",
     "Decision",
+    "Deferral",
     "DispatchLedger",
     "DynamoConditionalPolicy",
     "FixedThresholdPolicy",
@@ -79,4 +91,5 @@ __all__ = [
     "choose_prefill",
     "link_pressure",
     "make_policy",
+    "predict_ttft_s",
 ]

@@ -41,6 +41,11 @@ class SchedulerConfig:
     finishes the request within (1 + epsilon) of the earliest possible finish (pain point 6).
     `prfaas_surge_s`: PrfaaS queued work (s) above which a long request goes to PD-P if PD-P
     would finish it sooner. `dynamo_busy_s`: the Dynamo baseline's "prefill queue busy" bound.
+    `burst_enter_s` / `burst_leave_s`: the work-conserving rule for short requests (below t):
+    it starts sending them to PrfaaS when PD-P's queue wait exceeds, by more than
+    `burst_enter_s`, their whole finish at PrfaaS (queue + prefill, or the KV across the link
+    at the measured rate and backlog, whichever is later), and stops when the excess falls to
+    `burst_leave_s` (hysteresis); never on a scarce link. `burst_enter_s` = inf turns it off.
     `can_move_cache`: whether the host carries out `CacheMove`s (the simulator does; the live
     router does not yet). When False the plentiful rule judges each path by the prefix its own
     cluster holds, exactly as the scarce rule does, and no decision carries a move.
@@ -53,6 +58,8 @@ class SchedulerConfig:
     load_slack: float = 0.25
     prfaas_surge_s: float = 10.0
     dynamo_busy_s: float = 10.0
+    burst_enter_s: float = 2.0
+    burst_leave_s: float = 0.0
     can_move_cache: bool = True
 
     def prefill_s(self, on_prfaas: bool, uncached_tokens: int) -> float:

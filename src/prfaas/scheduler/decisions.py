@@ -40,6 +40,8 @@ class Reason(StrEnum):
     LINK_CONGESTED = "link-congested"
     LINK_CONGESTED_PD_P_BUSIER = "link-congested-pd-p-busier"
     PRFAAS_QUEUE_SURGE = "prfaas-queue-surge"
+    # Work-conserving under bursts: a short request whose PD-P finish is far behind PrfaaS's.
+    BURST_SHORT_TO_PRFAAS = "burst-short-to-prfaas"
     NO_PRFAAS_INSTANCE = "no-prfaas-instance"
     NO_PD_PREFILL_INSTANCE = "no-pd-prefill-instance"
     # Baselines.
@@ -55,6 +57,10 @@ class Reason(StrEnum):
 class RejectReason(StrEnum):
     NO_PREFILL_INSTANCE = "no-prefill-instance"
     NO_DECODE_INSTANCE = "no-decode-instance"
+    # Admission control (scheduler.admission).
+    PREDICTED_TTFT_OVER_SLO = "predicted-ttft-over-slo"
+    DECODE_BATCH_FULL = "decode-batch-full"
+    DEFERRED_TOO_LONG = "deferred-too-long"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +92,25 @@ class RouteDecision:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
+    """The request is refused. Admission control sets `retry_after_s` (when to try again) and
+    `predicted_ttft_s` (what it would have seen); a missing instance sets neither."""
+
     request_id: RequestId
     reason: RejectReason
+    retry_after_s: float | None = None
+    predicted_ttft_s: float | None = None
 
 
-Decision = RouteDecision | Rejection
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """Admission control holds the request at the router: route it again in `retry_after_s`."""
+
+    request_id: RequestId
+    retry_after_s: float
+    predicted_ttft_s: float
+
+
+Decision = RouteDecision | Rejection | Deferral
 
 
 class RebalanceReason(StrEnum):

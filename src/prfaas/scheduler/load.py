@@ -42,6 +42,7 @@ class DispatchLedger:
         self._prefill_s: dict[InstanceId, float] = {}
         self._decode_requests: dict[InstanceId, int] = {}
         self._decode_kv_bytes: dict[InstanceId, float] = {}
+        self._decoding: dict[InstanceId, int] = {}  # past prefill: in (or waiting for) the batch
 
     def dispatch(
         self,
@@ -68,12 +69,16 @@ class DispatchLedger:
             raise KeyError(f"request {request_id}: prefill reported done twice")
         entry.is_prefilling = False
         self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
+        decode = entry.decode_instance_id
+        self._decoding[decode] = self._decoding.get(decode, 0) + 1
 
     def decode_done(self, request_id: RequestId) -> None:
         entry = self._entries.pop(request_id)
+        decode = entry.decode_instance_id
         if entry.is_prefilling:
             self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
-        decode = entry.decode_instance_id
+        else:
+            self._decoding[decode] -= 1
         self._decode_requests[decode] -= 1
         self._decode_kv_bytes[decode] -= entry.kv_bytes
 
@@ -82,6 +87,10 @@ class DispatchLedger:
 
     def decode_requests(self, instance_id: InstanceId) -> int:
         return self._decode_requests.get(instance_id, 0)
+
+    def decoding_requests(self, instance_id: InstanceId) -> int:
+        """Requests on `instance_id` whose prefill is done: its decode batch and queue now."""
+        return self._decoding.get(instance_id, 0)
 
     def decode_kv_bytes(self, instance_id: InstanceId) -> float:
         return self._decode_kv_bytes.get(instance_id, 0.0)

@@ -12,7 +12,6 @@ from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import (
     BandwidthMode,
     CacheMove,
-    Decision,
     Reason,
     Rejection,
     RejectReason,
@@ -56,7 +55,7 @@ def place(
     ledger: DispatchLedger,
     config: SchedulerConfig,
     choice: PathChoice,
-) -> Decision:
+) -> RouteDecision | Rejection:
     """Pick the instances for `choice`; reject when a stage has no instance at all."""
     candidates = view.accepting(PATH_ROLE[choice.path])
     if not candidates:

@@ -15,6 +15,9 @@ for all of them. Rules of `PrfaasPolicy.choose`, in order (l = input tokens, t =
         otherwise (PD-P further behind than the link) -> PrfaaS LINK_CONGESTED_PD_P_BUSIER
     remote but PrfaaS queue > prfaas_surge_s and PD-P finishes first -> PD-P  PRFAAS_QUEUE_SURGE
     local but no PD-P instance             -> PrfaaS NO_PD_PREFILL_INSTANCE
+    local, link plentiful, PD-P queue wait - PrfaaS finish (queue + prefill, or KV across the
+        link) > burst_enter_s, staying on until the gap is <= burst_leave_s
+                                           -> PrfaaS BURST_SHORT_TO_PRFAAS
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class PrfaasPolicy:
         self.config = config
         self.threshold_tokens = config.threshold_tokens
         self.tracker = BandwidthModeTracker(config.bandwidth)
+        self.is_overflowing = False  # the burst rule's hysteresis state
 
     def choose(
         self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
@@ -89,7 +93,38 @@ class PrfaasPolicy:
             return self._gate_remote(request, view, ledger, tentative)
         if not pdp:
             return PathChoice(ServePath.PRFAAS, Reason.NO_PD_PREFILL_INSTANCE, mode)
+        overflow_ok = prfaas and mode is BandwidthMode.PLENTIFUL
+        if overflow_ok and self._overflows(request, view, ledger, l_prfaas):
+            return PathChoice(ServePath.PRFAAS, Reason.BURST_SHORT_TO_PRFAAS, mode)
         return PathChoice(ServePath.PD_P, reason, mode, cache_move=move)
+
+    def _overflows(
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        l_prfaas: int,
+    ) -> bool:
+        """The work-conserving rule for a short request, with hysteresis (docs/scheduler.md):
+        does the wait in PD-P's queue alone exceed all the request would see at PrfaaS (its
+        queue and prefill there, or its KV across the link behind the backlog)? Judged on the
+        wait, not the finish, so an idle PD-P never loses a short request to the faster chips."""
+        cfg = self.config
+        prfaas_queue_s = _min_work_s(view, Role.PRFAAS, ledger)
+        pd_wait_s = _min_work_s(view, Role.PD_PREFILL, ledger)
+        link = view.link
+        send_s = (link.bytes_waiting + cfg.kv_bytes(request.input_tokens)) / max(
+            link.capacity_bytes_per_s, 1e-9
+        )
+        remote_s = max(
+            prfaas_queue_s + cfg.prefill_s(True, request.input_tokens - l_prfaas), send_s
+        )
+        gap_s = pd_wait_s - remote_s
+        if self.is_overflowing:
+            self.is_overflowing = gap_s > cfg.burst_leave_s
+        else:
+            self.is_overflowing = gap_s > cfg.burst_enter_s
+        return self.is_overflowing
 
     def _gate_remote(
         self,

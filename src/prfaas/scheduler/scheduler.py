@@ -1,11 +1,13 @@
 """The global scheduler: one object per deployment, run by the simulator or the live router.
 
     decision = scheduler.route(request, view)     # short timescale, every arrival
+                                                  # (a RouteDecision, Rejection or Deferral)
     scheduler.prefill_done(request_id)            # the host reports stage completions,
     scheduler.decode_done(request_id)             # so load is counted from dispatch to done
     actions = scheduler.rebalance(view, stats)    # long timescale, every period (if enabled)
 
 It owns the dispatch ledger (load at dispatch time), the routing policy, the optional
+admission policy (judges the placed decision before it is dispatched), the optional
 rebalancer, and the record of observed uncached lengths the rebalancer re-optimises t on.
 Decisions are also appended to `decision_log` as pull-based history for reports.
 """
@@ -15,9 +17,11 @@ from __future__ import annotations
 from collections import Counter
 
 from prfaas.kvcache.ids import RequestId
+from prfaas.scheduler.admission import AdmissionPolicy
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import (
     Decision,
+    Deferral,
     RebalanceAction,
     Rejection,
     RouteDecision,
@@ -37,20 +41,33 @@ class GlobalScheduler:
         policy: RoutingPolicy,
         config: SchedulerConfig,
         rebalancer: RebalancePolicy | None = None,
+        admission: AdmissionPolicy | None = None,
     ) -> None:
         self.policy = policy
         self.config = config
         self.rebalancer = rebalancer
+        self.admission = admission
         self.ledger = DispatchLedger()
         self.reasons: Counter[str] = Counter()
         self._window = Window()
 
-    def route(self, request: RouteRequest, view: ClusterView) -> Decision:
+    def route(self, request: RouteRequest, view: ClusterView, waited_s: float = 0.0) -> Decision:
+        """Place `request`; `waited_s` is how long admission control has deferred it so far."""
         choice = self.policy.choose(request, view, self.ledger)
         decision = place(request, view, self.ledger, self.config, choice)
         if isinstance(decision, Rejection):
             self.reasons[f"rejected:{decision.reason}"] += 1
             return decision
+        if self.admission is not None:
+            verdict = self.admission.judge(
+                decision, request, view, self.ledger, self.config, waited_s=waited_s
+            )
+            if isinstance(verdict, Deferral):
+                self.reasons["deferred"] += 1
+                return verdict
+            if verdict is not None:
+                self.reasons[f"rejected:{verdict.reason}"] += 1
+                return verdict
         self.reasons[f"{decision.path}:{decision.reason}"] += 1
         self._dispatch(decision, request)
         return decision

@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from prfaas.serve.admission import AdmissionSpec
 from prfaas.serve.errors import DeploymentError
 from prfaas.specs.catalog import get_chip, model_names
 from prfaas.specs.errors import SpecError
@@ -80,6 +81,7 @@ class RouterSpec(_Strict):
     keep_alive_timeout_s: float = Field(default=5.0, gt=0)  # idle between keep-alive requests
     cache_moves: bool = True  # carry out the scheduler's cross-cluster prefix moves (torch)
     decode_reuse: bool = True  # ship only the attention KV the decode instance lacks (torch)
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec)  # serve.admission
 
 
 class LinkShaping(StrEnum):

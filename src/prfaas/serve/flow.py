@@ -49,12 +49,12 @@ from prfaas.kvcache.ids import RequestId
 from prfaas.scheduler import (
     GlobalScheduler,
     PrfaasPolicy,
-    Rejection,
     RouteDecision,
     RouteRequest,
     SchedulerConfig,
 )
 from prfaas.serve import protocol as p
+from prfaas.serve.admission import route_admitted
 from prfaas.serve.config import Deployment, InstanceRole
 from prfaas.serve.errors import (
     ContextLengthError,
@@ -126,7 +126,8 @@ class RouterRuntime:
                 replace(pd, max_batch_size=decode_batch),
                 self.deployment.link.rate_gbps,
             )
-            self._scheduler = GlobalScheduler(PrfaasPolicy(config), config, rebalancer)
+            admission = self.deployment.router.admission.policy()
+            self._scheduler = GlobalScheduler(PrfaasPolicy(config), config, rebalancer, admission)
         return self._scheduler
 
     @property
@@ -246,9 +247,7 @@ async def _attempt(
 ) -> AsyncIterator[Placed | p.DecodeChunk]:
     hits = rt.registry.hit_tokens(tokens)
     route = RouteRequest(RequestId(request_id), len(tokens), sampling.max_tokens, hits)
-    decision = rt.scheduler.route(route, rt.registry.view(rt.now_s()))
-    if isinstance(decision, Rejection):
-        raise NoCapacityError(f"no instance can take the request: {decision.reason}")
+    decision = await route_admitted(rt, route)  # 429 / deferral / 503: serve.admission
     record = _record(rt, decision, len(tokens))
     records.append(record)
     rt.metrics.decisions.labels(decision.path.value, decision.reason.value).inc()

@@ -11,6 +11,8 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:requests_total{outcome,status}          counter  completed / failed / cancelled,
                                                             with the HTTP status answered
     prfaas:request_failures_total{kind}            counter  retried / request / instance
+    prfaas:admission_rejections_total{reason}      counter  429s of admission control
+    prfaas:admission_deferrals_total               counter  waits of deferred requests
     prfaas:link_egress_bytes_per_second            gauge    inter-cluster link, measured
     prfaas:link_backlog_bytes                      gauge
     prfaas:link_utilisation                        gauge
@@ -74,6 +76,12 @@ class RouterMetrics:
         self.failures = Counter("prfaas:request_failures", "Failed requests.", ["kind"], registry=r)
         self.requests = Counter(
             "prfaas:requests", "Requests by how they ended.", ["outcome", "status"], registry=r
+        )
+        self.admission_rejections = Counter(
+            "prfaas:admission_rejections", "Admission rejections (429).", ["reason"], registry=r
+        )
+        self.admission_deferrals = Counter(
+            "prfaas:admission_deferrals", "Admission deferrals (waits).", registry=r
         )
         self.egress = Gauge(
             "prfaas:link_egress_bytes_per_second", "Inter-cluster egress.", registry=r

@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
+from prfaas.serve.admission import AdmissionRejectedError
 from prfaas.serve.config import Deployment, InstanceRole
 from prfaas.serve.edge import EdgeGuard, header_timeout_protocol
 from prfaas.serve.errors import (
@@ -380,6 +381,10 @@ def build_app(deployment: Deployment) -> FastAPI:
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status_code)
+
+    @app.exception_handler(AdmissionRejectedError)
+    async def _admission_rejected(_: Request, err: AdmissionRejectedError) -> JSONResponse:
+        return err.response()  # 429 with Retry-After
 
     @app.exception_handler(404)
     async def _not_found(_: Request, __: Exception) -> JSONResponse:

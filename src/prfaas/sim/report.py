@@ -31,6 +31,8 @@ class SimReport:
     link_mean_utilisation: float
     link_peak_backlog_gb: float
     prefix_hit_fraction: float
+    rejections: dict[str, int]  # refused requests by reason (admission control, no instance)
+    num_deferrals: int  # times admission control held a request back (a request may repeat)
     actions: list[dict[str, Any]]
     timeline: Timeline
     num_events: int
@@ -46,6 +48,8 @@ class SimReport:
             "link_mean_utilisation": self.link_mean_utilisation,
             "link_peak_backlog_gb": self.link_peak_backlog_gb,
             "prefix_hit_fraction": self.prefix_hit_fraction,
+            "rejections": self.rejections,
+            "num_deferrals": self.num_deferrals,
             "actions": self.actions,
             "num_events": self.num_events,
         }
@@ -100,6 +104,12 @@ def build_report(config: RunConfig, result: SimResult, slo_body: SloFile | None)
         link_mean_utilisation=util,
         link_peak_backlog_gb=max(tl.link_backlog_gb, default=0.0),
         prefix_hit_fraction=result.hit_tokens / max(1, result.input_tokens),
+        rejections={
+            k.removeprefix("rejected:"): v
+            for k, v in sorted(result.reasons.items())
+            if k.startswith("rejected:")
+        },
+        num_deferrals=result.reasons.get("deferred", 0),
         actions=[_action_json(t, a) for t, a in result.actions],
         timeline=tl,
         num_events=result.num_events,

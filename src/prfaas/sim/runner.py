@@ -24,6 +24,10 @@ from prfaas.kvcache.index import GlobalKVCacheIndex
 from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.metrics.records import GapRuns, RequestRecord
 from prfaas.scheduler import (
+    AdmissionConfig,
+    AdmissionMode,
+    AdmissionPolicy,
+    Deferral,
     FlipRole,
     GlobalScheduler,
     LinkView,
@@ -50,6 +54,7 @@ from prfaas.sim.instances import DecodeSeq, PrefillJob
 from prfaas.sim.link import FairShareLink
 from prfaas.sim.profiles import MemoProfile
 from prfaas.sim.timeline import Timeline, TimelineSampler
+from prfaas.specs.errors import SpecError
 
 GBPS = 1e9 / 8
 
@@ -83,6 +88,25 @@ class SimResult:
     paths: dict[str, str] = field(default_factory=dict)
 
 
+def admission_policy(config: RunConfig) -> AdmissionPolicy | None:
+    """The scenario's admission control (None when off: the scheduler admits everything)."""
+    body = config.simulation.admission
+    mode = AdmissionMode(body.mode)
+    if mode is AdmissionMode.OFF:
+        return None
+    ttft_slo_s = config.simulation.slo.ttft_s
+    if ttft_slo_s is None:
+        raise SpecError(f"admission mode {mode}: needs a TTFT objective (simulation.slo.ttft_s)")
+    return AdmissionPolicy(
+        AdmissionConfig(
+            mode=mode,
+            ttft_slo_s=ttft_slo_s,
+            margin_fraction=body.margin_fraction,
+            max_defer_s=body.max_defer_s,
+        )
+    )
+
+
 class Simulator:
     def __init__(self, config: RunConfig, requests: list[SimRequest]) -> None:
         self.config = config
@@ -107,7 +131,10 @@ class Simulator:
                 RebalanceConfig(hw, sim.rebalance.period_s, sim.rebalance.min_samples)
             )
         self.scheduler = GlobalScheduler(
-            make_policy(config.policy, sched_config), sched_config, rebalancer
+            make_policy(config.policy, sched_config),
+            sched_config,
+            rebalancer,
+            admission_policy(config),
         )
         self.index: GlobalKVCacheIndex | None = None
         cache_config = self._cache_config()
@@ -249,7 +276,17 @@ class Simulator:
             request.output_tokens,
             self._hits(request, cache_request),
         )
-        decision = self.scheduler.route(route, cluster_view(self))
+        waited_s = self.loop.now_s - request.arrival_s
+        decision = self.scheduler.route(route, cluster_view(self), waited_s)
+        if isinstance(decision, Deferral):
+            # Held at the router: routed again later (hits looked up afresh), arrival unchanged.
+            self.loop.schedule(
+                self.loop.now_s + decision.retry_after_s,
+                EventPriority.ARRIVAL,
+                self._arrive,
+                request,
+            )
+            return
         if isinstance(decision, Rejection):
             self._finish(
                 RequestRecord(
@@ -257,6 +294,7 @@ class Simulator:
                     request.arrival_s,
                     request.input_tokens,
                     error=str(decision.reason),
+                    is_rejected=decision.retry_after_s is not None,  # admission, not a failure
                 )
             )
             return

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prfaas.workload.lengths import EmpiricalLengths, LengthDistribution
-from prfaas.workload.prefix import replay_prefix_cache
+from prfaas.workload.prefix import PrefixReplay, replay_prefix_cache
 from prfaas.workload.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 
@@ -61,6 +61,13 @@ class Workload:
     ) -> Workload:
         """Post-prefix-match lengths with a cache of `capacity_blocks` (None: unbounded)."""
         replay = replay_prefix_cache(requests, capacity_blocks, block_tokens)
+        return cls.from_replay(requests, replay, description)
+
+    @classmethod
+    def from_replay(
+        cls, requests: Sequence[TraceRequest], replay: PrefixReplay, description: str
+    ) -> Workload:
+        """The lengths a replay of `requests` left uncached (this module's or a pool model's)."""
         num = len(requests)
         return cls(
             uncached_input=EmpiricalLengths.of(replay.uncached_tokens),

@@ -1,0 +1,102 @@
+"""Admission control at the router: the scheduler's `AdmissionPolicy`, applied live.
+
+The policy object is the simulator's (prfaas.scheduler.admission), unchanged; this module only
+carries out its verdicts on the HTTP path:
+
+    shed   -> 429 rate_limit_exceeded, `Retry-After: <seconds>` and OpenAI's error JSON;
+              prfaas:admission_rejections_total{reason} counts it
+    defer  -> the request waits at the router (asyncio.sleep of the verdict's retry period)
+              and is routed again, with the time it has waited, until it is admitted or
+              rejected as `deferred-too-long`; prfaas:admission_deferrals_total counts waits
+
+Settings live in the deployment file under `router.admission` (`AdmissionSpec`); the TTFT
+objective is given there, since the router has no scenario SLO. Off by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import TYPE_CHECKING, Literal
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from prfaas.scheduler import (
+    AdmissionConfig,
+    AdmissionMode,
+    AdmissionPolicy,
+    Deferral,
+    Rejection,
+    RouteDecision,
+    RouteRequest,
+)
+from prfaas.serve.errors import NoCapacityError, ServeError
+
+if TYPE_CHECKING:
+    from prfaas.serve.flow import RouterRuntime
+
+
+class AdmissionSpec(BaseModel):
+    """`router.admission` in the deployment file (defaults: docs/scheduler.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["off", "shed", "defer"] = "off"
+    ttft_slo_s: float = Field(default=10.0, gt=0)
+    margin_fraction: float = Field(default=0.0, ge=0)
+    max_defer_s: float = Field(default=30.0, ge=0)
+
+    def policy(self) -> AdmissionPolicy | None:
+        mode = AdmissionMode(self.mode)
+        if mode is AdmissionMode.OFF:
+            return None
+        return AdmissionPolicy(
+            AdmissionConfig(
+                mode=mode,
+                ttft_slo_s=self.ttft_slo_s,
+                margin_fraction=self.margin_fraction,
+                max_defer_s=self.max_defer_s,
+            )
+        )
+
+
+class AdmissionRejectedError(ServeError):
+    """429: the request would miss the TTFT objective; retry after `retry_after_s`."""
+
+    status_code = 429
+    error_type = "requests"  # OpenAI's type for request-rate limits
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def response(self) -> JSONResponse:
+        """The 429 with its `Retry-After` header (whole seconds, as RFC 9110 requires)."""
+        retry = str(max(1, math.ceil(self.retry_after_s)))
+        return JSONResponse(self.body(), status_code=429, headers={"Retry-After": retry})
+
+
+async def route_admitted(rt: RouterRuntime, route: RouteRequest) -> RouteDecision:
+    """Route `route`, waiting out deferrals; raise 429 on an admission rejection, 503 when no
+    instance can take it."""
+    started_s = rt.now_s()
+    while True:
+        now_s = rt.now_s()
+        decision = rt.scheduler.route(route, rt.registry.view(now_s), now_s - started_s)
+        if isinstance(decision, Deferral):
+            rt.metrics.admission_deferrals.inc()
+            await asyncio.sleep(decision.retry_after_s)
+            continue
+        if isinstance(decision, Rejection):
+            if decision.retry_after_s is None:
+                raise NoCapacityError(f"no instance can take the request: {decision.reason}")
+            rt.metrics.admission_rejections.labels(decision.reason.value).inc()
+            predicted = decision.predicted_ttft_s or 0.0
+            raise AdmissionRejectedError(
+                f"overloaded: predicted time to first token {predicted:.1f} s exceeds the "
+                f"objective ({decision.reason.value}); retry after {decision.retry_after_s:g} s",
+                decision.retry_after_s,
+            )
+        return decision

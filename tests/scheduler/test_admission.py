@@ -1,0 +1,124 @@
+"""Admission control: the TTFT prediction, each mode's verdict, and the scheduler's handling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scheduler_fixtures import GB, make_config, make_view, req
+
+from prfaas.kvcache.ids import InstanceId, RequestId
+from prfaas.scheduler import (
+    AdmissionConfig,
+    AdmissionMode,
+    AdmissionPolicy,
+    Deferral,
+    GlobalScheduler,
+    LinkView,
+    PrfaasPolicy,
+    Rejection,
+    RejectReason,
+    RouteDecision,
+    ServePath,
+    predict_ttft_s,
+)
+
+
+def scheduler(mode: AdmissionMode, slo_s: float = 2.0, **kwargs: object) -> GlobalScheduler:
+    config = make_config(burst_enter_s=math.inf)  # keep short requests at PD-P (burst rule off)
+    admission = AdmissionPolicy(AdmissionConfig(mode, ttft_slo_s=slo_s, **kwargs))  # type: ignore[arg-type]
+    return GlobalScheduler(PrfaasPolicy(config), config, admission=admission)
+
+
+def fill_pd_p(s: GlobalScheduler, work_s: float) -> None:
+    """Queue `work_s` of prefill on both PD-P instances (the ledger is the scheduler's view)."""
+    for name in ("p0", "p1"):
+        s.ledger.dispatch(RequestId(f"fill-{name}"), InstanceId(name), work_s, InstanceId("d1"), 0)
+
+
+def test_prediction_pd_p_is_queue_plus_own_prefill() -> None:
+    s = scheduler(AdmissionMode.OFF)
+    fill_pd_p(s, 3.0)
+    decision = s.route(req("r", 5_000), make_view())
+    assert isinstance(decision, RouteDecision) and decision.path is ServePath.PD_P
+    s.ledger.decode_done(decision.request_id)  # judge it against the queue ahead only
+    # SLOW profile: 0.2 + 4e-5 * 5000 = 0.4 s of own prefill behind 3 s of queue.
+    got = predict_ttft_s(decision, req("r", 5_000), make_view(), s.ledger, s.config)
+    assert got == pytest.approx(3.4)
+
+
+def test_prediction_prfaas_is_bounded_by_link_backlog() -> None:
+    s = scheduler(AdmissionMode.OFF)
+    request = req("r", 20_000)
+    decision = s.route(request, make_view())
+    view = make_view(LinkView(1 * GB, bytes_waiting=4 * GB, rtt_s=0.02))
+    assert isinstance(decision, RouteDecision) and decision.path is ServePath.PRFAAS
+    s.ledger.decode_done(decision.request_id)
+    # Link: (4 GB + 20K x 1 KB) / 1 GB/s = 4.02 s beats the 0.3 s prefill; plus RTT/2.
+    assert predict_ttft_s(decision, request, view, s.ledger, s.config) == pytest.approx(4.03)
+
+
+def test_off_admits_everything() -> None:
+    s = scheduler(AdmissionMode.OFF)
+    fill_pd_p(s, 100.0)
+    assert isinstance(s.route(req("r", 5_000), make_view()), RouteDecision)
+
+
+def test_shed_rejects_with_reason_and_retry_after() -> None:
+    s = scheduler(AdmissionMode.SHED, slo_s=2.0)
+    fill_pd_p(s, 10.0)
+    decision = s.route(req("r", 5_000), make_view())
+    assert isinstance(decision, Rejection)
+    assert decision.reason is RejectReason.PREDICTED_TTFT_OVER_SLO
+    assert decision.predicted_ttft_s == pytest.approx(10.4)
+    assert decision.retry_after_s == 9.0  # ceil(10.4 - 2.0)
+    assert s.reasons["rejected:predicted-ttft-over-slo"] == 1
+    assert len(s.ledger) == 2  # nothing dispatched for the rejected request
+
+
+def test_shed_admits_within_slo_and_margin() -> None:
+    s = scheduler(AdmissionMode.SHED, slo_s=2.0, margin_fraction=0.5)
+    fill_pd_p(s, 2.5)  # predicted 2.9 s: over the SLO, within 2 x 1.5 = 3 s
+    assert isinstance(s.route(req("r", 5_000), make_view()), RouteDecision)
+
+
+def test_defer_then_reject_when_waited_too_long() -> None:
+    s = scheduler(AdmissionMode.DEFER, slo_s=2.0, max_defer_s=10.0)
+    fill_pd_p(s, 4.0)  # predicted 4.4 s: 3 s retry
+    first = s.route(req("r", 5_000), make_view())
+    assert isinstance(first, Deferral) and first.retry_after_s == 3.0
+    again = s.route(req("r", 5_000), make_view(), waited_s=7.5)
+    assert isinstance(again, Rejection) and again.reason is RejectReason.DEFERRED_TOO_LONG
+    assert s.reasons["deferred"] == 1
+
+
+def test_defer_admits_once_the_queue_drained() -> None:
+    s = scheduler(AdmissionMode.DEFER, slo_s=2.0)
+    fill_pd_p(s, 4.0)
+    assert isinstance(s.route(req("r", 5_000), make_view()), Deferral)
+    for name in ("p0", "p1"):
+        s.ledger.decode_done(RequestId(f"fill-{name}"))
+    assert isinstance(s.route(req("r", 5_000), make_view(), waited_s=3.0), RouteDecision)
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="ttft_slo_s"):
+        AdmissionConfig(AdmissionMode.SHED, ttft_slo_s=0)
+    with pytest.raises(ValueError, match="margin"):
+        AdmissionConfig(AdmissionMode.SHED, margin_fraction=-0.1)
+
+
+def test_a_full_decode_batch_is_refused_even_when_prefill_is_quick() -> None:
+    s = scheduler(AdmissionMode.SHED, slo_s=2.0)
+    # The fixture's decode instances hold BS_max = 8; fill d0 and d1 past their prefills.
+    for k in range(16):
+        rid = RequestId(f"dec-{k}")
+        s.ledger.dispatch(rid, InstanceId("p0"), 0.0, InstanceId(f"d{k % 2}"), 0)
+        s.ledger.prefill_done(rid)
+    assert s.ledger.decoding_requests(InstanceId("d0")) == 8
+    decision = s.route(req("r", 5_000), make_view())
+    assert isinstance(decision, Rejection) and decision.reason is RejectReason.DECODE_BATCH_FULL
+    assert decision.retry_after_s == 1.0
+    s.ledger.decode_done(RequestId("dec-0"))  # a slot frees on d0
+    assert s.ledger.decoding_requests(InstanceId("d0")) == 7
+    assert isinstance(s.route(req("r2", 5_000), make_view()), RouteDecision)
