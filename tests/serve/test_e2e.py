@@ -120,7 +120,7 @@ def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
 def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI) -> None:
     _complete(client, "short prompt below t")
     _complete(client, "A different long prompt that is well above the threshold. " * 5)
-    state = httpx.get(launcher.url + "/admin/state").json()
+    state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
     assert state["threshold_tokens"] == 96
     recent = state["recent_decisions"][-2:]
     assert [d["path"] for d in recent] == ["pd-p", "prfaas"]
@@ -154,7 +154,7 @@ def _wait_router_saw_cache_events(launcher: Launcher, name: str) -> None:
     published = httpx.get(url + "/state", params={"since": 10**9}).json()["next_seq"]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        state = httpx.get(launcher.url + "/admin/state").json()
+        state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
         seen = next(i for i in state["instances"] if i["name"] == name)
         if seen["cache_events_applied"] >= published:
             return
@@ -185,7 +185,7 @@ def test_repeated_long_prompt_moves_its_cached_prefix_to_pd_p(
     second_text, second = _complete(client, prompt)
     assert second_text == first_text
     assert second["path"] == "pd-p" and second["reason"] == "plentiful-short-at-pd"
-    state = httpx.get(launcher.url + "/admin/state").json()
+    state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
     record = state["recent_decisions"][-1]
     prompt_tokens = record["input_tokens"]
     restorable = (prompt_tokens - 1) // 16 * 16  # every full block of prompt[:-1]
@@ -216,13 +216,15 @@ def test_a_prefix_cached_at_pd_p_moves_to_prfaas_for_a_long_follow_up(
     follow_up = shared + "Then a long follow-up that goes to the PrfaaS cluster. " * 4
     _, first = _complete(client, shared)
     assert first["path"] == "pd-p"
-    shared_tokens = httpx.get(launcher.url + "/admin/state").json()["recent_decisions"][-1][
-        "input_tokens"
-    ]
+    shared_tokens = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()[
+        "recent_decisions"
+    ][-1]["input_tokens"]
     _wait_router_saw_cache_events(launcher, first["prefill_instance"])
     text, second = _complete(client, follow_up)
     assert second["path"] == "prfaas" and second["reason"] == "plentiful-long-to-prfaas"
-    move = httpx.get(launcher.url + "/admin/state").json()["recent_decisions"][-1]["move"]
+    move = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()[
+        "recent_decisions"
+    ][-1]["move"]
     restorable = (shared_tokens - 1) // 16 * 16  # PD-P's request-end snapshot boundary
     assert (move["source"], move["target"], move["status"]) == ("pdp-0", "prfaas-0", "done")
     assert move["hit_tokens"] == second["hit_tokens"] == restorable > 0
@@ -241,8 +243,10 @@ def test_the_decode_instance_gets_only_the_kv_it_lacks(
     assert second_text == first_text
     assert 0 < second["kv_bytes"] < first["kv_bytes"]
     decode = launcher.deployment.instance(second["decode_instance"])
-    tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}).json()["token_ids"]
-    held = httpx.post(decode.url + "/cached", json={"token_ids": tokens}).json()["tokens"]
+    signed = launcher.instance_auth()
+    tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}, auth=signed).json()
+    held = httpx.post(decode.url + "/cached", json=tokens, auth=signed).json()["tokens"]
+    tokens = tokens["token_ids"]
     assert held == (len(tokens) - 1) // 16 * 16 > 0
 
 
@@ -265,7 +269,7 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
         pytest.skip(reason)
     link = launcher.deployment.link
     assert link.netns is not None and link.shaping == "kernel"
-    shown = httpx.get(launcher.url + "/admin/state").json()["link"]
+    shown = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()["link"]
     assert (shown["shaping"], shown["shaping_reason"]) == ("kernel", None)
     assert shown["netns"] == link.netns.model_dump()
     assert shown["capacity_bytes_per_s"] == link.rate_bytes_per_s == 125e6
@@ -287,7 +291,7 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
     _, short = _complete(client, "short, local, not shaped")
     assert short["path"] == "pd-p"
     assert _tbf(link.netns.sender_netns)[1] - sent_after < short["kv_bytes"]
-    shown = httpx.get(launcher.url + "/admin/state").json()["link"]
+    shown = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()["link"]
     assert 0 <= shown["egress_bytes_per_s"] <= shown["capacity_bytes_per_s"]
 
 
@@ -340,7 +344,7 @@ def test_client_disconnect_cancels_the_request(launcher: Launcher) -> None:
         assert next(lines).startswith("data: ")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        state = httpx.get(launcher.url + "/admin/state").json()
+        state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
         decode = next(i for i in state["instances"] if i["role"] == "pd-decode")
         if decode["running"] == 0 and state["recent_decisions"][-1]["status"] != "running":
             break

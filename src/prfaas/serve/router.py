@@ -6,6 +6,8 @@
     POST /admin/rebalance                                                  one slow-loop step now
 
 The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
+`/admin/*` needs the admin bearer token, `/v1/*` the API key when one is set
+(`serve.admin_auth`); every call to an instance is signed (`serve.control_auth`).
 
 Every error leaves as OpenAI's error JSON; the status comes from the `ServeError` class
 (errors.py), mapped in `_serve_error` only. A streamed request is placed and prefilled before
@@ -30,7 +32,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
-from prfaas.serve.config import Deployment, InstanceRole
+from prfaas.serve.admin_auth import BearerAuth, admin_token, api_key, router_guards
+from prfaas.serve.config import Deployment, InstanceRole, transfer_secret
+from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -210,6 +214,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "cluster": i.spec.cluster,
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
+                "restarts": i.restarts,
                 "running": i.num_running,
                 "waiting": i.num_waiting,
                 "free_pages": i.free_pages,
@@ -271,7 +276,8 @@ def build_app(deployment: Deployment) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        signer = ControlSigner(transfer_secret(deployment))
+        async with httpx.AsyncClient(timeout=10.0, auth=signer) as client:
             registry = Registry(deployment, client)
             rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
             holder["rt"] = rt
@@ -286,6 +292,9 @@ def build_app(deployment: Deployment) -> FastAPI:
                 await rt.slow_loop.close()
 
     app = FastAPI(lifespan=lifespan)
+    token = admin_token(deployment.router.admin_token, announce=True)
+    guards = router_guards(token, api_key(deployment.router.api_key))
+    app.add_middleware(BearerAuth, guarded=guards)
 
     def runtime() -> RouterRuntime:
         return holder["rt"]
