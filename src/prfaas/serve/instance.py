@@ -372,6 +372,7 @@ def _mover(rt: InstanceRuntime) -> PrefixMover:
 async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.PrefixSendResult:
     """Export the pool's restorable prefix of the prompt and ship it to the target (the
     PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`)."""
+    peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
     mover = _mover(rt)
     sender = rt.move_sender or rt.sender
     assert sender is not None
@@ -382,7 +383,6 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
         )
         if not slices:
             return p.PrefixSendResult(move_id=body.move_id, tokens=0, kv_bytes=0, num_slices=0)
-        peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
         transfer = await sender.start_transfer(peer, RequestId(body.move_id))
         try:
             for item in slices:
