@@ -246,3 +246,17 @@ def test_json_forms_still_load(tmp_path: Path) -> None:
     )
     deployment = load_deployment(path)
     assert deployment.link.rate_gbps == 2.0 and deployment.instances[1].role.value == "pd-decode"
+
+
+def test_a_host_that_is_not_ours_is_named_once() -> None:
+    first = (
+        default_deployment()
+        .instances[0]
+        .model_copy(update={"host": "192.0.2.1", "http_port": 41021, "transfer_port": 41022})
+    )
+    deployment = _with(instances=(first, *default_deployment().instances[1:]))
+    assert check_deployment(deployment, Scope.ALL) == [
+        "instances.0.host: 192.0.2.1 is not an address of this host"
+    ]
+    # several hosts: the router's host does not start that instance, so does not bind it
+    assert check_deployment(deployment, Scope.ROUTER) == []

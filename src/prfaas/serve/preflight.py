@@ -153,20 +153,28 @@ def _port_problems(
                 clashing.add(later.field)
                 yield f"{later.field}: port {later.port} is also {earlier.field} ({earlier.host})"
                 break
+    reported: set[str] = set()
     for listener in listeners:
         if listener.is_ours and listener.field not in clashing:
-            reason = bind_failure(listener.host, listener.port)
-            if reason is not None:
-                yield f"{listener.field}: {reason}"
+            failure = bind_failure(listener.host, listener.port)
+            if failure is None:
+                continue
+            about_host, reason = failure
+            field = listener.field.rsplit(".", 1)[0] + ".host" if about_host else listener.field
+            line = f"{field}: {reason}"
+            if line not in reported:  # one bad host, two ports: one line
+                reported.add(line)
+                yield line
 
 
-def bind_failure(host: str, port: int) -> str | None:
-    """Why this host cannot listen on `host:port` now (None: it can). Binds as uvicorn and
-    asyncio do (SO_REUSEADDR), so a port in TIME_WAIT counts as free."""
+def bind_failure(host: str, port: int) -> tuple[bool, str] | None:
+    """Why this host cannot listen on `host:port` now, as (the host is the problem, reason);
+    None when it can. Binds as uvicorn and asyncio do (SO_REUSEADDR), so a port in TIME_WAIT
+    counts as free."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
-        return f"cannot resolve host {host!r}: {err.strerror}"
+        return True, f"cannot resolve {host!r}: {err.strerror}"
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -174,12 +182,12 @@ def bind_failure(host: str, port: int) -> str | None:
             sock.bind(address)
         except OSError as err:
             if err.errno == errno.EADDRINUSE:
-                return f"{host}:{port} is already in use on this host"
+                return False, f"{host}:{port} is already in use on this host"
             if err.errno == errno.EADDRNOTAVAIL:
-                return f"{host} is not an address of this host"
+                return True, f"{host} is not an address of this host"
             if err.errno == errno.EACCES:
-                return f"no permission to listen on {host}:{port}"
-            return f"cannot listen on {host}:{port}: {err.strerror}"
+                return False, f"no permission to listen on {host}:{port}"
+            return False, f"cannot listen on {host}:{port}: {err.strerror}"
     return None
 
 
