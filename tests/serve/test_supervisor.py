@@ -122,6 +122,11 @@ class Up:
         ).json()
         return result
 
+    def netns(self) -> set[str]:
+        """The namespaces of this deployment's kernel-shaped link (none: token bucket)."""
+        shown = self.state()["link"]["netns"]
+        return set() if shown is None else {shown["sender_netns"], shown["receiver_netns"]}
+
     def instance(self, name: str) -> dict[str, Any]:
         return next(i for i in self.state()["instances"] if i["name"] == name)
 
@@ -166,7 +171,8 @@ def up(tmp_path: Path) -> Iterator[Up]:
 
 @pytest.mark.e2e
 def test_a_killed_instance_comes_back_and_too_many_deaths_end_up_with_code_3(up: Up) -> None:
-    netns_before = _netns()
+    ours = up.netns()
+    assert ours <= _netns()
     pid = up.pid_of("pdd-0")
     stream_body = {"model": "prfaas-1t", "prompt": "mid-stream " * 4, "max_tokens": 4000}
     stream_body["stream"] = True
@@ -209,4 +215,31 @@ def test_a_killed_instance_comes_back_and_too_many_deaths_end_up_with_code_3(up:
     err = up.process.stderr.read()
     assert f"{victim} exited (code -9) more than 2 times within 600 s; giving up" in err
     assert not any(_alive(p) for p in up.seen_pids)
-    assert _netns() <= netns_before
+    assert not ours & _netns()
+
+
+@pytest.mark.e2e
+def test_a_killed_router_comes_back_and_sigterm_stops_everything_with_code_0(up: Up) -> None:
+    ours = up.netns()
+    assert ours <= _netns()
+    router = next(
+        pid
+        for pid in _descendants(up.process.pid)
+        if b"router" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    )
+    up.pid_of("pdd-0")  # records every child
+    os.kill(router, signal.SIGKILL)
+
+    def serving_again() -> bool:
+        try:
+            return bool(httpx.get(up.url + "/health", timeout=5).json()["status"] == "ok")
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    _wait("the router restarted and every instance registered", serving_again)
+    assert up.complete("served by the restarted router")["choices"][0]["text"]
+    up.seen_pids |= _descendants(up.process.pid)
+    up.process.send_signal(signal.SIGTERM)
+    assert up.process.wait(timeout=WAIT_S) == 0
+    assert not any(_alive(p) for p in up.seen_pids)
+    assert not ours & _netns()
