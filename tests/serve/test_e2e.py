@@ -151,7 +151,8 @@ def _hit_tokens_metric(launcher: Launcher) -> dict[str, float]:
 def _wait_router_saw_cache_events(launcher: Launcher, name: str) -> None:
     """Until the router applied every cache event `name` had published when this was called."""
     url = launcher.deployment.instance(name).url
-    published = httpx.get(url + "/state", params={"since": 10**9}).json()["next_seq"]
+    signed = launcher.instance_auth()
+    published = httpx.get(url + "/state", params={"since": 10**9}, auth=signed).json()["next_seq"]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
@@ -202,7 +203,8 @@ def test_repeated_long_prompt_moves_its_cached_prefix_to_pd_p(
     assert _metric(launcher, "prfaas:cache_moves")[("done",)] >= 1
     # the PrfaaS sender's acknowledged bytes include the move: it crossed the link
     url = launcher.deployment.instance(first["prefill_instance"]).url
-    links = httpx.get(url + "/state", params={"since": 10**9}).json()["links"]
+    signed = launcher.instance_auth()
+    links = httpx.get(url + "/state", params={"since": 10**9}, auth=signed).json()["links"]
     assert sum(link["bytes_acked_total"] for link in links) >= moved + first["kv_bytes"]
 
 
@@ -276,7 +278,7 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
     assert set(_netns_names()) >= {link.netns.sender_netns, link.netns.receiver_netns}
 
     prfaas_url = launcher.deployment.instance("prfaas-0").url
-    acked_before = _acked_bytes(prfaas_url)
+    acked_before = _acked_bytes(launcher, prfaas_url)
     rate_bytes_per_s, sent_before = _tbf(link.netns.sender_netns)
     _, info = _complete(client, "A long prompt that crosses the shaped link, once. " * 6)
     assert info["path"] == "prfaas" and info["kv_bytes"] > 0
@@ -285,8 +287,8 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
     kv_on_link = sent_after - sent_before
     # every KV byte (plus frame and packet headers) left through the shaped device
     assert info["kv_bytes"] <= kv_on_link < 2 * info["kv_bytes"]
-    assert _acked_bytes(prfaas_url) - acked_before >= info["kv_bytes"]
-    assert all(rate <= link.rate_bytes_per_s for rate in _egress_rates(prfaas_url))
+    assert _acked_bytes(launcher, prfaas_url) - acked_before >= info["kv_bytes"]
+    assert all(rate <= link.rate_bytes_per_s for rate in _egress_rates(launcher, prfaas_url))
 
     _, short = _complete(client, "short, local, not shaped")
     assert short["path"] == "pd-p"
@@ -295,16 +297,18 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
     assert 0 <= shown["egress_bytes_per_s"] <= shown["capacity_bytes_per_s"]
 
 
-def _links(instance_url: str) -> list[dict]:
-    return list(httpx.get(instance_url + "/state", params={"since": 10**9}).json()["links"])
+def _links(launcher: Launcher, instance_url: str) -> list[dict]:
+    signed = launcher.instance_auth()
+    state = httpx.get(instance_url + "/state", params={"since": 10**9}, auth=signed)
+    return list(state.json()["links"])
 
 
-def _acked_bytes(instance_url: str) -> int:
-    return sum(int(link["bytes_acked_total"]) for link in _links(instance_url))
+def _acked_bytes(launcher: Launcher, instance_url: str) -> int:
+    return sum(int(link["bytes_acked_total"]) for link in _links(launcher, instance_url))
 
 
-def _egress_rates(instance_url: str) -> list[float]:
-    return [float(link["egress_bytes_per_s"]) for link in _links(instance_url)]
+def _egress_rates(launcher: Launcher, instance_url: str) -> list[float]:
+    return [float(link["egress_bytes_per_s"]) for link in _links(launcher, instance_url)]
 
 
 @pytest.mark.parametrize(
