@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 import secrets
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from prfaas.serve.config import Deployment, configured_admin_token
 from prfaas.serve.errors import error_body
 
-ADMIN_TOKEN_ENV_VAR = "PRFAAS_ADMIN_TOKEN"
-API_KEY_ENV_VAR = "PRFAAS_API_KEY"
 MIN_TOKEN_BYTES = 16
 
 Scope = MutableMapping[str, Any]
@@ -40,20 +38,16 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def admin_token(configured: str | None, *, announce: bool) -> str:
-    """The admin token: configured, else the environment's, else a new one (printed once to
-    stderr when `announce`)."""
-    token = configured or os.environ.get(ADMIN_TOKEN_ENV_VAR)
-    if token:
-        return token
+def admin_token(deployment: Deployment, *, announce: bool) -> str:
+    """The configured admin token (`config.configured_admin_token`), else a new one (printed
+    once to stderr when `announce`)."""
+    found = configured_admin_token(deployment)
+    if found is not None:
+        return found.value
     token = new_token()
     if announce:
         print(f"prfaas: admin token (Authorization: Bearer): {token}", file=sys.stderr)
     return token
-
-
-def api_key(configured: str | None) -> str | None:
-    return configured or os.environ.get(API_KEY_ENV_VAR) or None
 
 
 def bearer_matches(header: bytes | None, token: str) -> bool:

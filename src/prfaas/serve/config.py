@@ -29,6 +29,7 @@ import json
 import os
 import secrets
 import socket
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -324,14 +325,48 @@ def with_ports(deployment: Deployment) -> Deployment:
     return deployment.model_copy(update={"router": router, "instances": instances})
 
 
+ADMIN_TOKEN_ENV_VAR = "PRFAAS_ADMIN_TOKEN"
+API_KEY_ENV_VAR = "PRFAAS_API_KEY"
+
+
+@dataclass(frozen=True, slots=True)
+class Configured:
+    """A credential as configured, and where it came from (for one-line problems)."""
+
+    value: str
+    source: str  # the file's field, or $VARIABLE
+
+
+def configured_secret(deployment: Deployment) -> Configured | None:
+    """The transfer secret: the file's `secret`, else `$PRFAAS_TRANSFER_SECRET`, else None."""
+    return _configured(deployment.secret, "secret", SECRET_ENV_VAR)
+
+
+def configured_admin_token(deployment: Deployment) -> Configured | None:
+    """The router's admin token: `router.admin_token`, else `$PRFAAS_ADMIN_TOKEN`, else None
+    (then generated: serve.admin_auth)."""
+    return _configured(deployment.router.admin_token, "router.admin_token", ADMIN_TOKEN_ENV_VAR)
+
+
+def configured_api_key(deployment: Deployment) -> str | None:
+    """The /v1 bearer key: `router.api_key`, else `$PRFAAS_API_KEY`, else None (/v1 open)."""
+    found = _configured(deployment.router.api_key, "router.api_key", API_KEY_ENV_VAR)
+    return found.value if found is not None else None
+
+
+def _configured(in_file: str | None, field_name: str, env_var: str) -> Configured | None:
+    if in_file is not None:
+        return Configured(in_file, field_name)
+    value = os.environ.get(env_var)
+    return Configured(value, f"${env_var}") if value else None
+
+
 def transfer_secret(deployment: Deployment) -> bytes:
     """The file's secret, else the environment's, else an error (never a default secret)."""
-    if deployment.secret is not None:
-        return deployment.secret.encode()
-    value = os.environ.get(SECRET_ENV_VAR)
-    if not value:
+    found = configured_secret(deployment)
+    if found is None:
         raise DeploymentError(f"no transfer secret: set `secret` or ${SECRET_ENV_VAR}")
-    return value.encode()
+    return found.value.encode()
 
 
 TLS_ENV_VARS = {

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -42,13 +41,15 @@ from types import TracebackType
 import httpx
 import yaml
 
-from prfaas.serve.admin_auth import ADMIN_TOKEN_ENV_VAR, admin_token
+from prfaas.serve.admin_auth import admin_token
 from prfaas.serve.config import (
+    ADMIN_TOKEN_ENV_VAR,
     Deployment,
     InstanceRole,
     LinkShaping,
     NamespaceLink,
     child_environment,
+    configured_admin_token,
     transfer_tls,
     with_ports,
 )
@@ -77,10 +78,8 @@ class Launcher:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._argv: dict[str, list[str]] = {}
         self._env: dict[str, str] = {}
-        self.admin_token = admin_token(deployment.router.admin_token, announce=False)
-        self.admin_token_generated = not (
-            deployment.router.admin_token or os.environ.get(ADMIN_TOKEN_ENV_VAR)
-        )
+        self.admin_token = admin_token(deployment, announce=False)
+        self.admin_token_generated = configured_admin_token(deployment) is None
         self._file: Path | None = None
         self._link = contextlib.ExitStack()
 

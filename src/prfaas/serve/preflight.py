@@ -25,15 +25,20 @@ from __future__ import annotations
 
 import errno
 import importlib.util
-import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from prfaas.serve.admin_auth import ADMIN_TOKEN_ENV_VAR, MIN_TOKEN_BYTES
-from prfaas.serve.config import Backend, Deployment, transfer_tls
+from prfaas.serve.admin_auth import MIN_TOKEN_BYTES
+from prfaas.serve.config import (
+    Backend,
+    Deployment,
+    configured_admin_token,
+    configured_secret,
+    transfer_tls,
+)
 from prfaas.serve.errors import DeploymentError
 from prfaas.transfer.config import MIN_SECRET_BYTES, SECRET_ENV_VAR
 
@@ -192,18 +197,14 @@ def bind_failure(host: str, port: int) -> tuple[bool, str] | None:
 
 
 def _secret_problems(deployment: Deployment, *, needs_secret: bool) -> Iterator[str]:
-    if deployment.secret is not None:
-        if len(deployment.secret.encode()) < MIN_SECRET_BYTES:
-            yield f"secret: needs at least {MIN_SECRET_BYTES} bytes"
-    else:
-        value = os.environ.get(SECRET_ENV_VAR)
-        if value and len(value.encode()) < MIN_SECRET_BYTES:
-            yield f"${SECRET_ENV_VAR}: needs at least {MIN_SECRET_BYTES} bytes"
-        elif not value and needs_secret:
-            yield f"secret: no transfer secret (set `secret` or ${SECRET_ENV_VAR})"
-    token = os.environ.get(ADMIN_TOKEN_ENV_VAR)
-    if deployment.router.admin_token is None and token and len(token.encode()) < MIN_TOKEN_BYTES:
-        yield f"${ADMIN_TOKEN_ENV_VAR}: needs at least {MIN_TOKEN_BYTES} bytes"
+    secret = configured_secret(deployment)
+    if secret is None and needs_secret:
+        yield f"secret: no transfer secret (set `secret` or ${SECRET_ENV_VAR})"
+    if secret is not None and len(secret.value.encode()) < MIN_SECRET_BYTES:
+        yield f"{secret.source}: needs at least {MIN_SECRET_BYTES} bytes"
+    token = configured_admin_token(deployment)
+    if token is not None and len(token.value.encode()) < MIN_TOKEN_BYTES:
+        yield f"{token.source}: needs at least {MIN_TOKEN_BYTES} bytes"
 
 
 def _model_problems(deployment: Deployment) -> Iterator[str]:

@@ -32,8 +32,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
-from prfaas.serve.admin_auth import BearerAuth, admin_token, api_key, router_guards
-from prfaas.serve.config import Deployment, InstanceRole, transfer_secret
+from prfaas.serve.admin_auth import BearerAuth, admin_token, router_guards
+from prfaas.serve.config import Deployment, InstanceRole, configured_api_key, transfer_secret
 from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.errors import (
     BadRequestError,
@@ -292,8 +292,8 @@ def build_app(deployment: Deployment) -> FastAPI:
                 await rt.slow_loop.close()
 
     app = FastAPI(lifespan=lifespan)
-    token = admin_token(deployment.router.admin_token, announce=True)
-    guards = router_guards(token, api_key(deployment.router.api_key))
+    token = admin_token(deployment, announce=True)
+    guards = router_guards(token, configured_api_key(deployment))
     app.add_middleware(BearerAuth, guarded=guards)
 
     def runtime() -> RouterRuntime:

@@ -56,7 +56,6 @@ class RestartBudget:
 class Supervisor:
     launcher: Launcher
     clock: Callable[[], float] = time.monotonic
-    restarts: dict[str, int] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)  # child -> when to restart it
     _stopping: bool = False
 
@@ -100,7 +99,6 @@ class Supervisor:
             if now_s >= due_s and not self._stopping:
                 del self._due[name]
                 self.launcher.respawn(name)
-                self.restarts[name] = self.restarts.get(name, 0) + 1
         return True
 
 
