@@ -208,6 +208,7 @@ def test_every_problem_is_listed_in_one_pass(taken_port: int) -> None:
 
 STRICT = """\
 model: tiny-qwen3-next
+hash_seed: 18446744073709551616
 threshold_tokens: '96'
 payload_checks: 'no'
 router: {port: '8000', request_timeout_s: 'soon'}
@@ -225,6 +226,7 @@ def test_types_are_strict_and_every_error_is_listed(tmp_path: Path) -> None:
         load_deployment(path)
     fields = [line.split(": ")[1] for line in caught.value.problems]
     assert fields == [
+        "hash_seed",
         "threshold_tokens",
         "payload_checks",
         "router.port",
@@ -240,6 +242,7 @@ def test_json_forms_still_load(tmp_path: Path) -> None:
     path = tmp_path / "deploy.yaml"
     path.write_text(
         STRICT.replace("threshold_tokens: '96'\npayload_checks: 'no'\n", "")
+        .replace("18446744073709551616", "18446744073709551615")
         .replace("{port: '8000', request_timeout_s: 'soon'}", "{port: 8000}")
         .replace("max_batch_size: 4.0", "max_batch_size: 4")
         .replace(", http_port: true", "")

@@ -219,8 +219,8 @@ class InstanceSpec(_Strict):
 class Deployment(_Strict):
     model: str = "tiny-qwen3-next"
     served_model_name: str | None = None
-    block_tokens: int = Field(default=16, gt=0)
-    hash_seed: int = 0
+    block_tokens: int = Field(default=16, gt=0, lt=2**32)  # u32 in the transfer handshake
+    hash_seed: int = Field(default=0, ge=0, lt=2**64)  # u64 in the transfer handshake
     threshold_tokens: int = Field(default=96, ge=0)
     secret: str | None = None
     # XXH3 check of every KV payload byte (prfaas.transfer, docs/protocol.md). Off only when
