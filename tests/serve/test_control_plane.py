@@ -26,7 +26,7 @@ def launcher() -> Iterator[Launcher]:
     launcher = Launcher(emulated_deployment())
     launcher.start()
     try:
-        launcher.wait_healthy(timeout_s=60)
+        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
         yield launcher
     finally:
         launcher.stop()
