@@ -149,7 +149,11 @@ def up(tmp_path: Path) -> Iterator[Up]:
         router=RouterSpec(port=free_port()),
         emulation=EmulationSpec(time_factor=0.2, byte_factor=1 / 4096),
         supervisor=SupervisorSpec(
-            max_restarts=2, window_s=600.0, backoff_base_s=0.5, backoff_cap_s=2.0
+            max_restarts=2,
+            window_s=600.0,
+            backoff_base_s=0.5,
+            backoff_cap_s=2.0,
+            start_timeout_s=300.0,
         ),
         instances=(
             emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),

@@ -104,7 +104,7 @@ def up(
         launcher = Launcher(loaded, quiet=False)
         launcher.start()
         try:
-            launcher.wait_healthy()
+            launcher.wait_healthy(loaded.supervisor.start_timeout_s)
         except BaseException:
             launcher.stop()
             raise
