@@ -76,7 +76,7 @@ def test_a_file_is_read_with_defaults_for_what_it_omits(tmp_path: Path) -> None:
         (GOOD.replace("name: pdd-0", "name: 'pdd 0'"), "instances.1.name"),
         ("model: tiny-qwen3-next\n", "deploy.yaml: instances: Field required"),
         ("instances: [\n", "deploy.yaml is not valid YAML"),
-        ("- just\n- a list\n", "deploy.yaml: top level: Input should be a valid dictionary"),
+        ("- just\n- a list\n", "deploy.yaml: top level: Input should be an object"),
     ],
 )
 def test_bad_files_give_one_line_errors(tmp_path: Path, text: str, message: str) -> None:

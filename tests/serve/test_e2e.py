@@ -121,7 +121,7 @@ def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
 def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI) -> None:
     _complete(client, "short prompt below t")
     _complete(client, "A different long prompt that is well above the threshold. " * 5)
-    state = httpx.get(launcher.url + "/admin/state").json()
+    state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
     assert state["threshold_tokens"] == 96
     recent = state["recent_decisions"][-2:]
     assert [d["path"] for d in recent] == ["pd-p", "prfaas"]
@@ -152,10 +152,11 @@ def _hit_tokens_metric(launcher: Launcher) -> dict[str, float]:
 def _wait_router_saw_cache_events(launcher: Launcher, name: str) -> None:
     """Until the router applied every cache event `name` had published when this was called."""
     url = launcher.deployment.instance(name).url
-    published = httpx.get(url + "/state", params={"since": 10**9}).json()["next_seq"]
+    signed = launcher.instance_auth()
+    published = httpx.get(url + "/state", params={"since": 10**9}, auth=signed).json()["next_seq"]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        state = httpx.get(launcher.url + "/admin/state").json()
+        state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
         seen = next(i for i in state["instances"] if i["name"] == name)
         if seen["cache_events_applied"] >= published:
             return
@@ -186,7 +187,7 @@ def test_repeated_long_prompt_moves_its_cached_prefix_to_pd_p(
     second_text, second = _complete(client, prompt)
     assert second_text == first_text
     assert second["path"] == "pd-p" and second["reason"] == "plentiful-short-at-pd"
-    state = httpx.get(launcher.url + "/admin/state").json()
+    state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
     record = state["recent_decisions"][-1]
     prompt_tokens = record["input_tokens"]
     restorable = (prompt_tokens - 1) // 16 * 16  # every full block of prompt[:-1]
@@ -203,7 +204,8 @@ def test_repeated_long_prompt_moves_its_cached_prefix_to_pd_p(
     assert _metric(launcher, "prfaas:cache_moves")[("done",)] >= 1
     # the PrfaaS sender's acknowledged bytes include the move: it crossed the link
     url = launcher.deployment.instance(first["prefill_instance"]).url
-    links = httpx.get(url + "/state", params={"since": 10**9}).json()["links"]
+    signed = launcher.instance_auth()
+    links = httpx.get(url + "/state", params={"since": 10**9}, auth=signed).json()["links"]
     assert sum(link["bytes_acked_total"] for link in links) >= moved + first["kv_bytes"]
 
 
@@ -217,13 +219,15 @@ def test_a_prefix_cached_at_pd_p_moves_to_prfaas_for_a_long_follow_up(
     follow_up = shared + "Then a long follow-up that goes to the PrfaaS cluster. " * 4
     _, first = _complete(client, shared)
     assert first["path"] == "pd-p"
-    shared_tokens = httpx.get(launcher.url + "/admin/state").json()["recent_decisions"][-1][
-        "input_tokens"
-    ]
+    shared_tokens = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()[
+        "recent_decisions"
+    ][-1]["input_tokens"]
     _wait_router_saw_cache_events(launcher, first["prefill_instance"])
     text, second = _complete(client, follow_up)
     assert second["path"] == "prfaas" and second["reason"] == "plentiful-long-to-prfaas"
-    move = httpx.get(launcher.url + "/admin/state").json()["recent_decisions"][-1]["move"]
+    move = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()[
+        "recent_decisions"
+    ][-1]["move"]
     restorable = (shared_tokens - 1) // 16 * 16  # PD-P's request-end snapshot boundary
     assert (move["source"], move["target"], move["status"]) == ("pdp-0", "prfaas-0", "done")
     assert move["hit_tokens"] == second["hit_tokens"] == restorable > 0
@@ -242,8 +246,10 @@ def test_the_decode_instance_gets_only_the_kv_it_lacks(
     assert second_text == first_text
     assert 0 < second["kv_bytes"] < first["kv_bytes"]
     decode = launcher.deployment.instance(second["decode_instance"])
-    tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}).json()["token_ids"]
-    held = httpx.post(decode.url + "/cached", json={"token_ids": tokens}).json()["tokens"]
+    signed = launcher.instance_auth()
+    tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}, auth=signed).json()
+    held = httpx.post(decode.url + "/cached", json=tokens, auth=signed).json()["tokens"]
+    tokens = tokens["token_ids"]
     assert held == (len(tokens) - 1) // 16 * 16 > 0
 
 
@@ -266,14 +272,14 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
         pytest.skip(reason)
     link = launcher.deployment.link
     assert link.netns is not None and link.shaping == "kernel"
-    shown = httpx.get(launcher.url + "/admin/state").json()["link"]
+    shown = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()["link"]
     assert (shown["shaping"], shown["shaping_reason"]) == ("kernel", None)
     assert shown["netns"] == link.netns.model_dump()
     assert shown["capacity_bytes_per_s"] == link.rate_bytes_per_s == 125e6
     assert set(_netns_names()) >= {link.netns.sender_netns, link.netns.receiver_netns}
 
     prfaas_url = launcher.deployment.instance("prfaas-0").url
-    acked_before = _acked_bytes(prfaas_url)
+    acked_before = _acked_bytes(launcher, prfaas_url)
     rate_bytes_per_s, sent_before = _tbf(link.netns.sender_netns)
     _, info = _complete(client, "A long prompt that crosses the shaped link, once. " * 6)
     assert info["path"] == "prfaas" and info["kv_bytes"] > 0
@@ -282,26 +288,28 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
     kv_on_link = sent_after - sent_before
     # every KV byte (plus frame and packet headers) left through the shaped device
     assert info["kv_bytes"] <= kv_on_link < 2 * info["kv_bytes"]
-    assert _acked_bytes(prfaas_url) - acked_before >= info["kv_bytes"]
-    assert all(rate <= link.rate_bytes_per_s for rate in _egress_rates(prfaas_url))
+    assert _acked_bytes(launcher, prfaas_url) - acked_before >= info["kv_bytes"]
+    assert all(rate <= link.rate_bytes_per_s for rate in _egress_rates(launcher, prfaas_url))
 
     _, short = _complete(client, "short, local, not shaped")
     assert short["path"] == "pd-p"
     assert _tbf(link.netns.sender_netns)[1] - sent_after < short["kv_bytes"]
-    shown = httpx.get(launcher.url + "/admin/state").json()["link"]
+    shown = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()["link"]
     assert 0 <= shown["egress_bytes_per_s"] <= shown["capacity_bytes_per_s"]
 
 
-def _links(instance_url: str) -> list[dict]:
-    return list(httpx.get(instance_url + "/state", params={"since": 10**9}).json()["links"])
+def _links(launcher: Launcher, instance_url: str) -> list[dict]:
+    signed = launcher.instance_auth()
+    state = httpx.get(instance_url + "/state", params={"since": 10**9}, auth=signed)
+    return list(state.json()["links"])
 
 
-def _acked_bytes(instance_url: str) -> int:
-    return sum(int(link["bytes_acked_total"]) for link in _links(instance_url))
+def _acked_bytes(launcher: Launcher, instance_url: str) -> int:
+    return sum(int(link["bytes_acked_total"]) for link in _links(launcher, instance_url))
 
 
-def _egress_rates(instance_url: str) -> list[float]:
-    return [float(link["egress_bytes_per_s"]) for link in _links(instance_url)]
+def _egress_rates(launcher: Launcher, instance_url: str) -> list[float]:
+    return [float(link["egress_bytes_per_s"]) for link in _links(launcher, instance_url)]
 
 
 @pytest.mark.parametrize(
@@ -338,7 +346,7 @@ def _wait(launcher: Launcher, running: int) -> tuple[dict, dict]:
     (and, for 0, no request is `running` at the router)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        state = httpx.get(launcher.url + "/admin/state").json()
+        state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
         decode = next(i for i in state["instances"] if i["name"] == "pdd-0")
         settled = running or all(r["status"] != "running" for r in state["recent_decisions"])
         if decode["running"] == running and decode["waiting"] == 0 and settled:
@@ -419,7 +427,7 @@ def test_a_bad_request_storm_changes_no_other_clients_results(launcher: Launcher
         attacker.join()
     assert all(text == idle[prompt] for prompt, text in busy)
     assert len(statuses) == 200 and all(s == 400 for s in statuses), set(statuses)
-    state = httpx.get(launcher.url + "/admin/state").json()
+    state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
     assert all(i["healthy"] for i in state["instances"])
     assert all(r["status"] == "completed" for r in state["recent_decisions"][-30:])
 

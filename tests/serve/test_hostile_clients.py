@@ -69,7 +69,7 @@ def launcher() -> Iterator[Launcher]:
 
 @pytest.fixture(scope="module")
 def client(launcher: Launcher) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=launcher.url, timeout=60) as c:
+    with httpx.Client(base_url=launcher.url, timeout=60, headers=launcher.admin_headers) as c:
         yield c
 
 

@@ -62,7 +62,9 @@ def _launch(deployment: Deployment) -> Iterator[Launcher]:
 
 
 def _state(launcher: Launcher) -> dict[str, Any]:
-    result: dict[str, Any] = httpx.get(launcher.url + "/admin/state", timeout=30).json()
+    result: dict[str, Any] = httpx.get(
+        launcher.url + "/admin/state", headers=launcher.admin_headers, timeout=30
+    ).json()
     return result
 
 
@@ -91,7 +93,7 @@ def _complete(launcher: Launcher, prompt: str, max_tokens: int = 4) -> dict[str,
 
 def _flip(launcher: Launcher, name: str, role: str) -> httpx.Response:
     url = f"{launcher.url}/admin/instances/{name}/role"
-    return httpx.post(url, json={"role": role}, timeout=30)
+    return httpx.post(url, json={"role": role}, headers=launcher.admin_headers, timeout=30)
 
 
 def _flip_done(name: str, role: str) -> Callable[[dict[str, Any]], bool]:
@@ -174,11 +176,21 @@ def test_bad_flip_requests_get_4xx(manual: Launcher) -> None:
     assert _flip(manual, "prfaas-0", "pd-decode").status_code == 400
     assert _flip(manual, "nobody", "pd-decode").status_code == 404
     assert _flip(manual, "pdd-0", "prfaas-prefill").status_code == 400
-    bad = httpx.post(f"{manual.url}/admin/instances/pdd-0/role", content=b"{", timeout=30)
+    bad = httpx.post(
+        headers=manual.admin_headers,
+        url=f"{manual.url}/admin/instances/pdd-0/role",
+        content=b"{",
+        timeout=30,
+    )
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
     role = _instance(_state(manual), "pdd-0")["role"]
     assert _flip(manual, "pdd-0", role).status_code == 409  # already that role
-    assert httpx.post(manual.url + "/admin/rebalance", timeout=30).status_code == 409  # disabled
+    assert (
+        httpx.post(
+            manual.url + "/admin/rebalance", headers=manual.admin_headers, timeout=30
+        ).status_code
+        == 409
+    )  # disabled
 
 
 # --- the periodic slow loop ----------------------------------------------------------------

@@ -13,6 +13,7 @@ from prfaas.transfer.keys import SessionId
 from prfaas.transfer.wire import (
     PREFIX,
     Abort,
+    Auth,
     Challenge,
     DataHeader,
     FrameKind,
@@ -33,7 +34,7 @@ def test_prefix_layout_matches_the_spec() -> None:
     raw = encode_header(FrameKind.DATA, b"meta", payload_len=1000, payload_check=0xDEADBEEF)
     assert PREFIX.size == 24
     assert raw[0:2] == b"PF"
-    assert raw[2] == 3 and raw[3] == FrameKind.DATA
+    assert raw[2] == 4 and raw[3] == FrameKind.DATA
     assert int.from_bytes(raw[4:8], "big") == 4
     assert int.from_bytes(raw[8:16], "big") == 1000
     assert int.from_bytes(raw[16:20], "big") == 0xDEADBEEF
@@ -50,10 +51,10 @@ def test_a_payload_check_filled_in_later_seals_the_same_header() -> None:
 @pytest.mark.parametrize(
     "message",
     [
-        Hello(SessionId(b"s" * 16), 3, IDENTITY, True, b"n" * 32),
-        Hello(SessionId(b"s" * 16), 3, IDENTITY, False, b"n" * 32),
-        Challenge(IDENTITY, True, b"n" * 32, b"m" * 32),
-        Challenge(IDENTITY, False, b"n" * 32, b"m" * 32),
+        Hello(SessionId(b"s" * 16), 3, b"n" * 32),
+        Challenge(b"n" * 32, b"m" * 32),
+        Auth(IDENTITY, True, b"m" * 32),
+        Auth(IDENTITY, False, b"m" * 32),
         Reject(RejectReason.BLOCK_SIZE, "block size 32 != 16 tokens"),
         RequestMark(RequestId("req-7"), 12, 1 << 40),
         Abort(RequestId("req-7"), AbortReason.STALLED, "no progress"),
@@ -119,9 +120,18 @@ def test_unknown_kind_and_bad_magic_are_frame_errors() -> None:
 
 
 def test_unknown_handshake_flags_are_a_frame_error() -> None:
-    meta = bytearray(Hello(SessionId(b"s" * 16), 0, IDENTITY, True, b"n" * 32).encode())
-    flags_at = len(meta) - 32 - 1  # the flags byte sits right before the nonce
+    meta = bytearray(Auth(IDENTITY, True, b"m" * 32).encode())
+    flags_at = len(meta) - 32 - 1  # the flags byte sits right before the MAC
     assert meta[flags_at] == 0x01
     meta[flags_at] = 0x03
     with pytest.raises(FrameError, match="unknown handshake flags"):
-        Hello.decode(bytes(meta))
+        Auth.decode(bytes(meta))
+
+
+def test_hello_and_challenge_carry_no_deployment_facts() -> None:
+    """Before either side proved the secret, only random bytes and ids cross (v4)."""
+    hello = Hello(SessionId(b"s" * 16), 0, b"n" * 32).encode()
+    challenge = Challenge(b"c" * 32, b"m" * 32).encode()
+    assert len(hello) == 16 + 2 + 32 and len(challenge) == 32 + 32
+    facts = (IDENTITY.model_fingerprint, (99).to_bytes(8, "big"), (16).to_bytes(4, "big"))
+    assert not any(fact in hello or fact in challenge for fact in facts)

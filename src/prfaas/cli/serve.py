@@ -1,7 +1,10 @@
 """`prfaas instance`, `prfaas router`, `prfaas up`, `prfaas demo`: the live deployment.
 
 `instance` imports the engine (torch) inside the command; `router`, `up` and `demo` never do.
-Bad deployment files and start-up failures are one-line errors with exit code 2.
+Every command checks the deployment before it starts anything (`serve.preflight`): every
+problem found is one line `prfaas: error: <field>: <problem>`, exit code 2. `prfaas up` then
+supervises its children (`serve.supervisor`): exit 0 after Ctrl-C or SIGTERM, 3 when a child
+kept exiting beyond the restart budget.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from typing import Annotated
 
 import typer
 
-from prfaas.serve.config import load_deployment
-from prfaas.serve.errors import ServeError
+from prfaas.serve.config import Deployment, load_deployment
+from prfaas.serve.errors import DeploymentError, ServeError
+from prfaas.serve.preflight import Scope, require_valid
 from prfaas.transfer.errors import ConfigError
 
 DeploymentArg = Annotated[
@@ -22,8 +26,10 @@ DeploymentArg = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    print(f"prfaas: error: {message}", file=sys.stderr)
+def _fail(err: Exception) -> typer.Exit:
+    lines = err.problems if isinstance(err, DeploymentError) else (str(err),)
+    for line in lines:
+        print(f"prfaas: error: {line}", file=sys.stderr)
     return typer.Exit(2)
 
 
@@ -34,13 +40,18 @@ def instance(
 ) -> None:
     """Run one instance (engine, control API, transfer endpoint) of a deployment."""
     try:
+        loaded = load_deployment(deployment)
+        require_valid(loaded, Scope.INSTANCE, instance_name=name)
+    except ServeError as err:
+        raise _fail(err) from None
+    try:
         from prfaas.serve.instance import serve_instance
     except ImportError as err:
-        raise _fail(f"the instance needs the 'engine' extra ({err})") from None
+        raise _fail(ImportError(f"the instance needs the 'engine' extra ({err})")) from None
     try:
-        serve_instance(load_deployment(deployment), name)
+        serve_instance(loaded, name)
     except (ServeError, ConfigError) as err:
-        raise _fail(str(err)) from None
+        raise _fail(err) from None
 
 
 def router(deployment: DeploymentArg = None) -> None:
@@ -48,27 +59,61 @@ def router(deployment: DeploymentArg = None) -> None:
     from prfaas.serve.router import serve_router
 
     try:
-        serve_router(load_deployment(deployment))
+        loaded = load_deployment(deployment)
+        require_valid(loaded, Scope.ROUTER)
+        serve_router(loaded)
     except ServeError as err:
-        raise _fail(str(err)) from None
+        raise _fail(err) from None
 
 
-def up(deployment: DeploymentArg = None) -> None:
-    """Start the router and every instance on this host; Ctrl-C stops them all."""
-    from prfaas.serve.launcher import Launcher, run_until_signal
+def _overridden(
+    deployment: Deployment, host: str | None, port: int | None, model: str | None
+) -> Deployment:
+    """The deployment with the command line's router address and model."""
+    update = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    router = deployment.router.model_copy(update=update)
+    changes: dict[str, object] = {"router": router}
+    if model is not None:
+        changes["model"] = model
+    return deployment.model_copy(update=changes)
+
+
+def up(
+    deployment: DeploymentArg = None,
+    *,
+    host: Annotated[
+        str | None, typer.Option("--host", help="The router's address (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", min=0, max=65535, help="The router's port (default 8000)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model: an engine preset or a checkpoint directory."),
+    ] = None,
+) -> None:
+    """Start the router and every instance on this host, restart any that exits; Ctrl-C stops
+    them all (exit 0; 3 when a child exhausted the restart budget, 2 for a bad deployment)."""
+    from prfaas.serve.launcher import Launcher
+    from prfaas.serve.supervisor import Supervisor
 
     try:
-        launcher = Launcher(load_deployment(deployment), quiet=False)
+        loaded = _overridden(load_deployment(deployment), host, port, model)
+        require_valid(loaded, Scope.ALL, secret_generated=True)
+        launcher = Launcher(loaded, quiet=False)
         launcher.start()
         try:
-            launcher.wait_healthy()
+            launcher.wait_healthy(loaded.supervisor.start_timeout_s)
         except BaseException:
             launcher.stop()
             raise
     except ServeError as err:
-        raise _fail(str(err)) from None
+        raise _fail(err) from None
     typer.echo(f"prfaas: serving {launcher.deployment.model_name} at {launcher.url}/v1")
-    run_until_signal(launcher)
+    if launcher.admin_token_generated:
+        typer.echo(f"prfaas: admin token (Authorization: Bearer): {launcher.admin_token}")
+    raise typer.Exit(Supervisor(launcher).run())
 
 
 def demo(
@@ -82,6 +127,11 @@ def demo(
     from prfaas.serve.demo import run_demo
 
     try:
-        run_demo(load_deployment(deployment), keep_serving=keep_serving)
+        loaded = load_deployment(deployment)
+        if not keep_serving:
+            loaded = _overridden(loaded, None, 0, None)
+        require_valid(loaded, Scope.ALL, secret_generated=True)
+        code = run_demo(loaded, keep_serving=keep_serving)
     except ServeError as err:
-        raise _fail(str(err)) from None
+        raise _fail(err) from None
+    raise typer.Exit(code)

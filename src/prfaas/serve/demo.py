@@ -15,8 +15,9 @@ from typing import Any
 
 import httpx
 
-from prfaas.serve.config import Deployment, RouterSpec
-from prfaas.serve.launcher import Launcher, run_until_signal
+from prfaas.serve.config import Deployment
+from prfaas.serve.launcher import Launcher
+from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
 
 DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 4
 DOC_B = "Commodity Ethernet carries the KVCache of hybrid models between datacenters. " * 4
@@ -105,11 +106,12 @@ def _print(rows: list[DemoRow], threshold_tokens: int) -> None:
         )
 
 
-def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> None:
-    if not keep_serving:
-        deployment = deployment.model_copy(update={"router": RouterSpec(port=0)})
+def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> int:
+    """The demo; with `keep_serving`, then supervise until stopped (the exit code of
+    `prfaas up`, serve.supervisor)."""
     launcher = Launcher(deployment)
     started = time.monotonic()
+    code = EXIT_STOPPED
     launcher.start()
     try:
         launcher.wait_healthy(timeout_s=100)
@@ -118,7 +120,8 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> None:
         _print(rows, deployment.threshold_tokens)
         if keep_serving:
             print(f"\nserving at {launcher.url}/v1 (Ctrl-C to stop)")
-            run_until_signal(launcher)
+            code = Supervisor(launcher).run()
     finally:
         launcher.stop()
     print(f"\nstopped cleanly after {time.monotonic() - started:.1f} s")
+    return code

@@ -49,7 +49,11 @@ class ServeError(Exception):
 
 
 class DeploymentError(ServeError):
-    pass
+    """One or more problems of a deployment file or flags (`problems`: one line each)."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 class IncompatibleInstanceError(ServeError):

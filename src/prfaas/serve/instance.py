@@ -25,6 +25,10 @@ paced like the link (token bucket plus delay) for prefixes it moves to the Prfaa
                          ship it to the target's transfer endpoint (cross-cluster move)
     POST /prefix/import  (target) wait for that move's slices, insert them into the pool
 
+Every call must be signed with the deployment's secret (`serve.control_auth`: 401 otherwise),
+and `/prefill` and `/prefix/send` connect only to transfer endpoints the deployment file names
+(`transfer_peer`: 400 for any other address).
+
 Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
 endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three.
 """
@@ -61,6 +65,7 @@ from prfaas.serve.config import (
     transfer_secret,
     transfer_tls,
 )
+from prfaas.serve.control_auth import ControlAuthMiddleware
 from prfaas.serve.edge import EdgeGuard
 from prfaas.serve.errors import (
     BadRequestError,
@@ -242,7 +247,7 @@ async def _run_prefill(
     rt: InstanceRuntime, sender: Sender, body: p.PrefillRequest
 ) -> p.PrefillResult:
     started = time.monotonic()
-    peer = PeerAddress(body.decode_transfer_host, body.decode_transfer_port)
+    peer = transfer_peer(rt, body.decode_transfer_host, body.decode_transfer_port)
     transfer = await sender.start_transfer(peer, RequestId(body.request_id))
     loop = asyncio.get_running_loop()
     if body.from_token and isinstance(rt.worker, PrefixMover):
@@ -350,6 +355,15 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
             rt.worker.cancel(body.request_id)
 
 
+def transfer_peer(rt: InstanceRuntime, host: str, port: int) -> PeerAddress:
+    """The transfer endpoint `host:port` when an instance of this deployment listens there;
+    any other address is refused (400): an instance connects to its deployment's peers only."""
+    known = {(spec.host, spec.transfer_port) for spec in rt.deployment.instances}
+    if (host, port) not in known:
+        raise BadRequestError(f"{host}:{port} is not a transfer endpoint of this deployment")
+    return PeerAddress(host, port)
+
+
 def _mover(rt: InstanceRuntime) -> PrefixMover:
     if not isinstance(rt.worker, PrefixMover):
         raise BadRequestError(f"instance {rt.spec.name}'s backend cannot move prefixes")
@@ -359,6 +373,7 @@ def _mover(rt: InstanceRuntime) -> PrefixMover:
 async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.PrefixSendResult:
     """Export the pool's restorable prefix of the prompt and ship it to the target (the
     PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`)."""
+    peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
     mover = _mover(rt)
     sender = rt.move_sender or rt.sender
     assert sender is not None
@@ -369,7 +384,6 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
         )
         if not slices:
             return p.PrefixSendResult(move_id=body.move_id, tokens=0, kv_bytes=0, num_slices=0)
-        peer = PeerAddress(body.target_transfer_host, body.target_transfer_port)
         transfer = await sender.start_transfer(peer, RequestId(body.move_id))
         try:
             for item in slices:
@@ -453,6 +467,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     app = FastAPI(lifespan=lifespan)
     # any escaped exception: JSON 500 and the connection kept (bodies are the router's)
     app.add_middleware(EdgeGuard, max_body_bytes=None, body_timeout_s=0)
+    app.add_middleware(ControlAuthMiddleware, secret=rt.transfer_config.secret)
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:

@@ -4,8 +4,14 @@
                       to a temp file, one child per instance (`prfaas instance --name N`) and
                       the router (`prfaas router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
+    respawn(name)     that child started again, same command and environment (the
+                      supervisor's restart: `serve.supervisor`)
     stop()            SIGTERM to every child, SIGKILL after a grace period, then the link's
                       namespaces (and delay-line process) removed, temp file removed
+
+Children share one environment: the transfer secret and the router's admin token, each from
+the file, else the launcher's environment, else generated once per run (`admin_token` holds
+it; `prfaas up` prints a generated one once).
 
 The inter-cluster link (`link.shaping`): `kernel` or `auto` as root with iproute2 builds two
 network namespaces joined by a tbf-shaped link at `link.rate_gbps` with the user-space delay
@@ -35,17 +41,22 @@ from types import TracebackType
 import httpx
 import yaml
 
+from prfaas.serve.admin_auth import admin_token
 from prfaas.serve.config import (
+    ADMIN_TOKEN_ENV_VAR,
     Deployment,
     InstanceRole,
     LinkShaping,
     NamespaceLink,
     child_environment,
+    configured_admin_token,
     transfer_tls,
     with_ports,
 )
+from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.errors import DeploymentError
 from prfaas.transfer import linkemu
+from prfaas.transfer.config import SECRET_ENV_VAR
 from prfaas.transfer.errors import LinkEmulationError
 
 PR_SET_PDEATHSIG = 1
@@ -65,6 +76,10 @@ class Launcher:
         self.deployment = with_ports(deployment)
         self._quiet = quiet
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._argv: dict[str, list[str]] = {}
+        self._env: dict[str, str] = {}
+        self.admin_token = admin_token(deployment, announce=False)
+        self.admin_token_generated = configured_admin_token(deployment) is None
         self._file: Path | None = None
         self._link = contextlib.ExitStack()
 
@@ -76,6 +91,16 @@ class Launcher:
     @property
     def children(self) -> dict[str, subprocess.Popen[bytes]]:
         return self._children
+
+    def instance_auth(self) -> ControlSigner:
+        """Signs calls to the instances' control API as the router does (operator tools)."""
+        secret = self.deployment.secret or self._env[SECRET_ENV_VAR]
+        return ControlSigner(secret.encode())
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The header that opens the router's /admin/* endpoints."""
+        return {"Authorization": f"Bearer {self.admin_token}"}
 
     def start(self) -> None:
         """Every process up (not yet healthy); on failure nothing is left behind."""
@@ -124,17 +149,22 @@ class Launcher:
         with handle:
             yaml.safe_dump(self.deployment.model_dump(mode="json"), handle)
         self._file = Path(handle.name)
-        env = child_environment(self.deployment)
+        self._env = child_environment(self.deployment)
+        self._env[ADMIN_TOKEN_ENV_VAR] = self.admin_token
         base = [sys.executable, "-m", "prfaas"]
         for spec in self.deployment.instances:
-            self._spawn(spec.name, [*base, "instance", str(self._file), "--name", spec.name], env)
-        self._spawn("router", [*base, "router", str(self._file)], env)
+            argv = [*base, "instance", str(self._file), "--name", spec.name]
+            self._argv[spec.name] = argv
+            self.respawn(spec.name)
+        self._argv["router"] = [*base, "router", str(self._file)]
+        self.respawn("router")
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+    def respawn(self, name: str) -> None:
+        """Start child `name` (again): the command and environment of the first start."""
         out = subprocess.DEVNULL if self._quiet else None
         self._children[name] = subprocess.Popen(
-            argv,
-            env=env,
+            self._argv[name],
+            env=self._env,
             stdout=out,
             stderr=None,
             preexec_fn=_die_with_parent,  # noqa: PLW1509
@@ -146,11 +176,16 @@ class Launcher:
             for name, child in self._children.items():
                 if child.poll() is not None:
                     raise DeploymentError(f"{name} exited with code {child.returncode}")
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                if httpx.get(self.url + "/health", timeout=1.0).json().get("status") == "ok":
-                    return
+            if self.is_healthy():
+                return
             time.sleep(0.25)
         raise DeploymentError(f"the deployment was not healthy within {timeout_s:.0f} s")
+
+    def is_healthy(self) -> bool:
+        """Whether the router says every instance is registered and answering."""
+        with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+            return bool(httpx.get(self.url + "/health", timeout=1.0).json().get("status") == "ok")
+        return False
 
     def stop(self) -> None:
         for child in self._children.values():
@@ -191,25 +226,3 @@ def _kernel_unavailable_reason(deployment: Deployment) -> str | None:
         return "no PrfaaS prefill or no PD decode instance: nothing crosses the link"
     delay_s = link.rtt_ms / 2e3
     return linkemu.unavailable_reason(linkemu.LinkSpec(link.rate_gbps * 1e9, delay_s))
-
-
-def run_until_signal(launcher: Launcher) -> None:
-    """Block until SIGINT or SIGTERM (or a child dies), then stop everything."""
-    stopping = False
-
-    def on_signal(signum: int, _: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while not stopping:
-            dead = [n for n, c in launcher.children.items() if c.poll() is not None]
-            if dead:
-                print(f"prfaas: {', '.join(dead)} exited; shutting down", file=sys.stderr)
-                break
-            time.sleep(0.2)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        launcher.stop()

@@ -21,6 +21,8 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:threshold_tokens                        gauge    t
     prfaas:instance_role{instance,role}            gauge    1 for the instance's role now
     prfaas:instance_draining{instance}             gauge    1 while draining for a flip
+    prfaas:instance_healthy{instance}              gauge    1 while registered and answering
+    prfaas:instance_restarts{instance}             gauge    restarts seen (new boot_id)
     prfaas:role_flips_total{instance,to_role,status}  counter  done / abandoned flips
     prfaas:rebalance_actions_total{action,reason}  counter  slow-loop actions
     prfaas:cache_moves_total{status}               counter  cross-cluster prefix moves
@@ -101,6 +103,12 @@ class RouterMetrics:
         self.draining = Gauge(
             "prfaas:instance_draining", "1 while draining for a flip.", ["instance"], registry=r
         )
+        self.healthy = Gauge(
+            "prfaas:instance_healthy", "1 while answering.", ["instance"], registry=r
+        )
+        self.restarts = Gauge(
+            "prfaas:instance_restarts", "Restarts seen (new boot_id).", ["instance"], registry=r
+        )
         self.role_flips = Counter(
             "prfaas:role_flips",
             "PD role flips.",
@@ -140,6 +148,8 @@ class RouterMetrics:
             self.running.labels(inst.name).set(inst.num_running)
             self.waiting.labels(inst.name).set(inst.num_waiting)
             self.draining.labels(inst.name).set(int(inst.is_draining))
+            self.healthy.labels(inst.name).set(int(inst.is_healthy))
+            self.restarts.labels(inst.name).set(inst.restarts)
             for role in InstanceRole:
                 self.role.labels(inst.name, role.value).set(int(inst.role is role))
         return generate_latest(self.registry)

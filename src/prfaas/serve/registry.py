@@ -2,7 +2,8 @@
 
 The router pulls every instance's `/state` each `poll_interval_s` (load, new cache events in
 sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered
-with the global index, dropping what it held (pain point 8). An instance that does not answer
+with the global index, dropping what it held (pain point 8), and its `restarts` count grows.
+An instance that does not answer
 its poll, or whose call broke and then fails its health `probe` too (`serve.flow._judge`), is
 marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
 nothing on it, and its cache entries leave the index until it is back. A request's own error
@@ -69,6 +70,7 @@ class LiveInstance:
     decode_slot_s: float = 0.0  # integral of running decodes / max_batch_size over polls
     last_poll_s: float | None = None
     role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
+    restarts: int = 0  # boot_id changes seen: the instance process was restarted
 
     @property
     def name(self) -> str:
@@ -119,6 +121,8 @@ class Registry:
         if identity != self.index.identity:
             raise IncompatibleInstanceError(f"{inst.name} hashes blocks differently")
         self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
+        if inst.info is not None and info.boot_id != inst.info.boot_id:
+            inst.restarts += 1
         inst.info, inst.next_seq, inst.is_healthy = info, 0, True
         inst.last_poll_s = None
         if epoch == inst.role_epoch:

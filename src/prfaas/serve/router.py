@@ -6,6 +6,8 @@
     POST /admin/rebalance                                                  one slow-loop step now
 
 The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
+`/admin/*` needs the admin bearer token, `/v1/*` the API key when one is set
+(`serve.admin_auth`); every call to an instance is signed (`serve.control_auth`).
 
 Every body is read, bounded and timed by `serve.edge.EdgeGuard` before a route runs (and any
 error a route lets escape becomes a JSON 500 there); headers have their own deadline
@@ -37,8 +39,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
+from prfaas.serve.admin_auth import BearerAuth, admin_token, router_guards
 from prfaas.serve.admission import AdmissionRejectedError
-from prfaas.serve.config import Deployment, InstanceRole
+from prfaas.serve.config import Deployment, InstanceRole, configured_api_key, transfer_secret
+from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.edge import EdgeGuard, header_timeout_protocol
 from prfaas.serve.errors import (
     BadRequestError,
@@ -285,6 +289,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "cluster": i.spec.cluster,
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
+                "restarts": i.restarts,
                 "running": i.num_running,
                 "waiting": i.num_waiting,
                 "free_pages": i.free_pages,
@@ -352,7 +357,8 @@ def build_app(deployment: Deployment) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        signer = ControlSigner(transfer_secret(deployment))
+        async with httpx.AsyncClient(timeout=10.0, auth=signer) as client:
             registry = Registry(deployment, client)
             rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
             holder["rt"] = rt
@@ -374,6 +380,9 @@ def build_app(deployment: Deployment) -> FastAPI:
         body_timeout_s=r.body_timeout_s,
         on_refused=lambda path, status: _refused(holder, path, status),
     )
+    token = admin_token(deployment, announce=True)
+    guards = router_guards(token, configured_api_key(deployment))
+    app.add_middleware(BearerAuth, guarded=guards)
 
     def runtime() -> RouterRuntime:
         return holder["rt"]

@@ -1,20 +1,23 @@
-"""Connection handshake: version, compatibility and HMAC challenge-response authentication.
+"""Connection handshake: version, HMAC challenge-response authentication, then compatibility.
 
     client (sender)                                 server (receiver)
-    HELLO  session, index, identity, nonce_c  ->
-                                              <-    CHALLENGE identity, nonce_s, mac_s
-    (client checks mac_s and compatibility)
-    AUTH   mac_c                              ->
-                                                    (server checks mac_c and compatibility)
+    HELLO  session, index, nonce_c            ->
+                                              <-    CHALLENGE nonce_s, mac_s
+    (client checks mac_s: the server knows the secret)
+    AUTH   identity, flags, mac_c             ->
+                                                    (server checks mac_c, then compatibility)
                                               <-    READY            or REJECT reason, text
 
-    mac_s = HMAC-SHA256(secret, b"prfaas-server" + HELLO meta + CHALLENGE meta without mac)
-    mac_c = HMAC-SHA256(secret, b"prfaas-client" + HELLO meta + CHALLENGE meta without mac)
+    mac_s = HMAC-SHA256(secret, b"prfaas-server" + HELLO meta + nonce_s)
+    mac_c = HMAC-SHA256(secret, b"prfaas-client" + HELLO meta + CHALLENGE meta + identity, flags)
 
 Both nonces are fresh per connection, so a recorded exchange cannot be replayed, and each side
-proves the secret to the other before any KV moves. Compatibility (anchors pain point 7):
-identical protocol version, model fingerprint, block size and hash seed. Any mismatch is refused
-with a REJECT whose reason both sides raise as the same exception type.
+proves the secret to the other before any KV moves. What a peer that does not know the secret
+learns: the protocol version, a session id and two random nonces. The compatibility facts
+(model fingerprint, block size, hash seed, payload-check flag) travel in AUTH, sent only to a
+server that proved the secret and covered by the client's MAC; the server compares them with
+its own (anchors pain point 7) and refuses a mismatch with a REJECT whose reason both sides
+raise as the same exception type.
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ from prfaas.transfer.errors import (
 from prfaas.transfer.framing import Frame, FramedConnection, translated_errors
 from prfaas.transfer.keys import SessionId
 from prfaas.transfer.wire import (
-    MAC_BYTES,
     NONCE_BYTES,
     PROTOCOL_VERSION,
+    Auth,
     Challenge,
     FrameKind,
     Hello,
@@ -89,8 +92,13 @@ def _checks_differ(ours: bool, theirs: bool) -> Reject | None:
     )
 
 
-def _mac(secret: bytes, role: bytes, hello: Hello, challenge: Challenge) -> bytes:
-    message = b"prfaas-" + role + hello.encode() + challenge.unsigned()
+def _server_mac(secret: bytes, hello: Hello, challenge: Challenge) -> bytes:
+    message = b"prfaas-server" + hello.encode() + challenge.unsigned()
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def _client_mac(secret: bytes, hello: Hello, challenge: Challenge, auth: Auth) -> bytes:
+    message = b"prfaas-client" + hello.encode() + challenge.encode() + auth.unsigned()
     return hmac.new(secret, message, hashlib.sha256).digest()
 
 
@@ -124,25 +132,21 @@ async def client_handshake(
     timeout_s: float,
 ) -> None:
     """Run the sender's side; raises a HandshakeError subclass when refused or refusing."""
-    nonce = secrets.token_bytes(NONCE_BYTES)
-    hello = Hello(session_id, connection_index, identity, payload_checks, nonce)
+    hello = Hello(session_id, connection_index, secrets.token_bytes(NONCE_BYTES))
+    unsigned = Auth(identity, payload_checks, b"")
     with translated_errors(f"handshake with {conn.peer_name}"):
-        await asyncio.wait_for(_client_steps(conn, secret, hello), timeout_s)
+        await asyncio.wait_for(_client_steps(conn, secret, hello, unsigned), timeout_s)
 
 
-async def _client_steps(conn: FramedConnection, secret: bytes, hello: Hello) -> None:
+async def _client_steps(conn: FramedConnection, secret: bytes, hello: Hello, ours: Auth) -> None:
     await conn.send(FrameKind.HELLO, hello.encode())
     challenge = Challenge.decode((await _expect(conn, FrameKind.CHALLENGE)).meta)
-    if not hmac.compare_digest(challenge.server_mac, _mac(secret, b"server", hello, challenge)):
+    if not hmac.compare_digest(challenge.server_mac, _server_mac(secret, hello, challenge)):
         raise await _refuse(
             conn, Reject(RejectReason.AUTHENTICATION, "server did not prove the shared secret")
         )
-    reject = incompatibility(hello.identity, challenge.identity) or _checks_differ(
-        hello.payload_checks, challenge.payload_checks
-    )
-    if reject is not None:
-        raise await _refuse(conn, reject)
-    await conn.send(FrameKind.AUTH, _mac(secret, b"client", hello, challenge))
+    auth = Auth(ours.identity, ours.payload_checks, _client_mac(secret, hello, challenge, ours))
+    await conn.send(FrameKind.AUTH, auth.encode())
     await _expect(conn, FrameKind.READY)
 
 
@@ -170,18 +174,16 @@ async def _server_steps(
     if first.kind is not FrameKind.HELLO:
         raise await _refuse(conn, Reject(RejectReason.MALFORMED, "expected HELLO"))
     hello = Hello.decode(first.meta)
-    nonce = secrets.token_bytes(NONCE_BYTES)
-    unsigned = Challenge(identity, payload_checks, nonce, b"\0" * MAC_BYTES)
-    mac = _mac(secret, b"server", hello, unsigned)
-    challenge = Challenge(identity, payload_checks, nonce, mac)
+    unsigned = Challenge(secrets.token_bytes(NONCE_BYTES), b"")
+    challenge = Challenge(unsigned.nonce, _server_mac(secret, hello, unsigned))
     await conn.send(FrameKind.CHALLENGE, challenge.encode())
-    auth = await _expect(conn, FrameKind.AUTH)
-    if not hmac.compare_digest(auth.meta, _mac(secret, b"client", hello, challenge)):
+    auth = Auth.decode((await _expect(conn, FrameKind.AUTH)).meta)
+    if not hmac.compare_digest(auth.client_mac, _client_mac(secret, hello, challenge, auth)):
         raise await _refuse(
             conn, Reject(RejectReason.AUTHENTICATION, "client did not prove the shared secret")
         )
-    reject = incompatibility(identity, hello.identity) or _checks_differ(
-        payload_checks, hello.payload_checks
+    reject = incompatibility(identity, auth.identity) or _checks_differ(
+        payload_checks, auth.payload_checks
     )
     if reject is not None:
         raise await _refuse(conn, reject)

@@ -5,7 +5,7 @@ Every frame is a 24-byte prefix, `meta_len` bytes of kind-specific metadata, the
 
     offset  size  field
     0       2     magic b"PF"
-    2       1     protocol version (3)
+    2       1     protocol version (4)
     3       1     kind (FrameKind)
     4       4     meta_len       u32
     8       8     payload_len    u64
@@ -22,6 +22,8 @@ Version 2 replaced version 1's zlib CRC-32 of the payload by XXH3-64 (truncated 
 runs over every byte on both ends, so it bounds goodput. Headers keep CRC-32 (a few dozen bytes).
 Version 3 added a flags byte to HELLO and CHALLENGE: whether payload checks are on (both ends
 must agree; off leaves a payload's integrity to TCP, and the field is then 0).
+Version 4 moved the compatibility facts (model fingerprint, block size, hash seed, flags) out
+of HELLO and CHALLENGE into AUTH: a peer learns them only after the other proved the secret.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from prfaas.transfer.errors import AbortReason, FrameError, RejectReason
 from prfaas.transfer.keys import MAX_REQUEST_ID_BYTES, RequestId, SessionId, SliceKey, SliceMeta
 
 MAGIC = b"PF"
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 PREFIX = struct.Struct("!2sBBIQII")
 MAX_META_BYTES = 4096
 NONCE_BYTES = 32
@@ -182,48 +184,68 @@ class PeerIdentity:
 
 @dataclass(frozen=True, slots=True)
 class Hello:
+    """The client's opening: no deployment facts, nothing a stranger should learn."""
+
     session_id: SessionId
     connection_index: int
-    identity: PeerIdentity
-    payload_checks: bool
     nonce: bytes
 
     def encode(self) -> bytes:
         w = _Writer().raw(self.session_id, SESSION_ID_BYTES).u16(self.connection_index)
-        w = _identity(w, self.identity).u8(_flags(self.payload_checks))
         return w.raw(self.nonce, NONCE_BYTES).done()
 
     @classmethod
     def decode(cls, meta: bytes) -> Self:
         r = _Reader(meta)
         session, index = SessionId(r.take(SESSION_ID_BYTES)), r.uint(2)
-        identity, checks = _read_identity(r), _read_flags(r)
-        hello = cls(session, index, identity, checks, r.take(NONCE_BYTES))
+        hello = cls(session, index, r.take(NONCE_BYTES))
         r.end()
         return hello
 
 
 @dataclass(frozen=True, slots=True)
 class Challenge:
-    identity: PeerIdentity
-    payload_checks: bool
+    """The server's nonce and its proof of the secret (over HELLO and this nonce)."""
+
     nonce: bytes
     server_mac: bytes
 
     def unsigned(self) -> bytes:
-        w = _identity(_Writer(), self.identity).u8(_flags(self.payload_checks))
-        return w.raw(self.nonce, NONCE_BYTES).done()
+        return self.nonce
 
     def encode(self) -> bytes:
-        return self.unsigned() + self.server_mac
+        return self.nonce + self.server_mac
+
+    @classmethod
+    def decode(cls, meta: bytes) -> Self:
+        r = _Reader(meta)
+        challenge = cls(r.take(NONCE_BYTES), r.take(MAC_BYTES))
+        r.end()
+        return challenge
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """The client's proof of the secret, with the compatibility facts it covers: sent only to
+    a server that proved the secret first, checked by the server only after this MAC."""
+
+    identity: PeerIdentity
+    payload_checks: bool
+    client_mac: bytes
+
+    def unsigned(self) -> bytes:
+        return _identity(_Writer(), self.identity).u8(_flags(self.payload_checks)).done()
+
+    def encode(self) -> bytes:
+        return self.unsigned() + self.client_mac
 
     @classmethod
     def decode(cls, meta: bytes) -> Self:
         r = _Reader(meta)
         identity, checks = _read_identity(r), _read_flags(r)
-        challenge = cls(identity, checks, r.take(NONCE_BYTES), r.take(MAC_BYTES))
+        auth = cls(identity, checks, r.take(MAC_BYTES))
         r.end()
-        return challenge
+        return auth
 
 
 PAYLOAD_CHECKS_FLAG = 0x01

@@ -1,0 +1,107 @@
+"""`prfaas up`, `prfaas router`, `prfaas instance` refuse a bad deployment before starting
+anything: every problem on its own line naming the field, exit code 2, no "serving" line."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BAD = """\
+model: tiny-qwen3-next
+secret: too-short
+router: {port: 41201}
+instances:
+  - {name: a, role: pd-prefill, cluster: pd, http_port: 41202, transfer_port: 41203}
+  - {name: a, role: pd-prefill, cluster: pd, http_port: 41202}
+"""
+
+
+def prfaas(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PRFAAS_")}
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "prfaas", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def test_up_lists_every_problem_of_the_file_and_starts_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(BAD)
+    result = prfaas("up", str(path))
+    assert result.returncode == 2
+    assert result.stdout == ""  # no "serving" line
+    assert result.stderr.splitlines() == [
+        "prfaas: error: instances: no pd-decode instance (every request needs one to decode)",
+        "prfaas: error: instances.1.name: 'a' is also instances.0.name",
+        "prfaas: error: instances.1.http_port: port 41202 is also instances.0.http_port "
+        "(127.0.0.1)",
+        "prfaas: error: secret: needs at least 16 bytes",
+    ]
+
+
+def test_types_are_strict_on_the_command_line_too(tmp_path: Path) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text("threshold_tokens: '96'\npayload_checks: 'no'\ninstances: []\n")
+    result = prfaas("router", str(path))
+    assert result.returncode == 2
+    assert [line.split(": ")[3] for line in result.stderr.splitlines()] == [
+        "threshold_tokens",
+        "payload_checks",
+    ]
+
+
+def test_up_with_its_port_taken_is_one_line_and_exit_2(taken_port: int) -> None:
+    result = prfaas("up", "--port", str(taken_port), "--model", "tiny-llama")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"prfaas: error: router.port: 127.0.0.1:{taken_port} is already in use on this host"
+    ]
+
+
+def test_up_flags_are_checked_like_the_file() -> None:
+    result = prfaas("up", "--host", "192.0.2.77", "--port", "41210", "--model", "nope")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "prfaas: error: router.host: 192.0.2.77 is not an address of this host",
+        "prfaas: error: model: unknown model 'nope': not a preset (tiny-kimi-linear, "
+        "tiny-llama, tiny-qwen3-next, tiny-swa, smollm2) or a directory",
+    ]
+
+
+def test_router_and_instance_need_the_transfer_secret(tmp_path: Path, taken_port: int) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(
+        "instances:\n"
+        f"  - {{name: p, role: pd-prefill, cluster: pd, transfer_port: {taken_port}}}\n"
+        "  - {name: d, role: pd-decode, cluster: pd}\n"
+    )
+    router = prfaas("router", str(path))
+    assert router.returncode == 2
+    assert router.stderr.splitlines() == [
+        "prfaas: error: secret: no transfer secret (set `secret` or $PRFAAS_TRANSFER_SECRET)"
+    ]
+    instance = prfaas("instance", str(path), "--name", "p", PRFAAS_TRANSFER_SECRET="x" * 20)
+    assert instance.returncode == 2
+    assert instance.stderr.splitlines() == [
+        f"prfaas: error: instances.0.transfer_port: 127.0.0.1:{taken_port} is already in use "
+        "on this host"
+    ]

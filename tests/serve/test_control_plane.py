@@ -1,0 +1,139 @@
+"""The control plane is authenticated: the router's /admin/* needs the admin bearer token, an
+instance's control API takes signed calls from its own deployment only (fresh, unreplayed,
+with the deployment's secret), and an instance connects to no transfer endpoint its
+deployment does not name. A live emulated deployment (no torch)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from serve_helpers import emulated_deployment
+
+from prfaas.serve.control_auth import ControlSigner, control_key, signed_headers
+from prfaas.serve.launcher import Launcher
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    launcher = Launcher(emulated_deployment())
+    launcher.start()
+    try:
+        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
+        yield launcher
+    finally:
+        launcher.stop()
+
+
+def _error_type(response: httpx.Response) -> str:
+    body: dict[str, Any] = response.json()
+    return str(body["error"]["type"])
+
+
+def test_admin_endpoints_need_the_bearer_token(launcher: Launcher) -> None:
+    state = launcher.url + "/admin/state"
+    for headers in ({}, {"Authorization": "Bearer not-the-token"}, {"Authorization": "x"}):
+        refused = httpx.get(state, headers=headers, timeout=30)
+        assert refused.status_code == 401
+        assert _error_type(refused) == "authentication_error"
+    rebalance = httpx.post(launcher.url + "/admin/rebalance", timeout=30)
+    assert rebalance.status_code == 401
+    flip = launcher.url + "/admin/instances/pdd-0/role"
+    assert httpx.post(flip, json={"role": "pd-prefill"}, timeout=30).status_code == 401
+    shown = httpx.get(state, headers=launcher.admin_headers, timeout=30)
+    assert shown.status_code == 200 and shown.json()["model"] == "prfaas-1t"
+
+
+def test_health_metrics_and_the_api_stay_open(launcher: Launcher) -> None:
+    assert httpx.get(launcher.url + "/health", timeout=30).status_code == 200
+    assert httpx.get(launcher.url + "/metrics", timeout=30).status_code == 200
+    body = {"model": "prfaas-1t", "prompt": "open to clients", "max_tokens": 2}
+    assert httpx.post(launcher.url + "/v1/completions", json=body, timeout=60).status_code == 200
+
+
+def _instance_url(launcher: Launcher, name: str = "pdd-0") -> str:
+    return launcher.deployment.instance(name).url
+
+
+def test_unsigned_or_wrongly_signed_instance_calls_are_refused(launcher: Launcher) -> None:
+    url = _instance_url(launcher)
+    unsigned = httpx.get(url + "/info", timeout=30)
+    assert unsigned.status_code == 401 and _error_type(unsigned) == "authentication_error"
+    stranger = ControlSigner(b"a secret of another deployment!!")
+    assert httpx.get(url + "/info", auth=stranger, timeout=30).status_code == 401
+    tokenize = httpx.post(url + "/tokenize", json={"text": "hi"}, auth=stranger, timeout=30)
+    assert tokenize.status_code == 401
+    signed = httpx.get(url + "/info", auth=launcher.instance_auth(), timeout=30)
+    assert signed.status_code == 200 and signed.json()["name"] == "pdd-0"
+
+
+def _key(launcher: Launcher) -> bytes:
+    secret = launcher.deployment.secret or launcher._env["PRFAAS_TRANSFER_SECRET"]
+    return control_key(secret.encode())
+
+
+def test_stale_replayed_and_altered_calls_are_refused(launcher: Launcher) -> None:
+    url, key = _instance_url(launcher), _key(launcher)
+    stale = signed_headers(key, "GET", "/info", b"", now_s=time.time() - 600)
+    assert httpx.get(url + "/info", headers=stale, timeout=30).status_code == 401
+    ahead = signed_headers(key, "GET", "/info", b"", now_s=time.time() + 600)
+    assert httpx.get(url + "/info", headers=ahead, timeout=30).status_code == 401
+    fresh = signed_headers(key, "GET", "/info", b"")
+    assert httpx.get(url + "/info", headers=fresh, timeout=30).status_code == 200
+    replayed = httpx.get(url + "/info", headers=fresh, timeout=30)
+    assert replayed.status_code == 401 and "replayed" in replayed.json()["error"]["message"]
+    body = json.dumps({"text": "signed text"}).encode()
+    headers = signed_headers(key, "POST", "/tokenize", body)
+    altered = json.dumps({"text": "other text!"}).encode()
+    response = httpx.post(url + "/tokenize", content=altered, headers=headers, timeout=30)
+    assert response.status_code == 401
+    moved = httpx.get(url + "/state?since=0", headers=signed_headers(key, "GET", "/info", b""))
+    assert moved.status_code == 401  # signed for another path
+
+
+def _prefill_body(host: str, port: int) -> dict[str, Any]:
+    sampling = {"max_tokens": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
+    return {
+        "request_id": "outsider-1",
+        "token_ids": [1, 2, 3, 4],
+        "sampling": sampling,
+        "decode_transfer_host": host,
+        "decode_transfer_port": port,
+    }
+
+
+def test_an_instance_connects_to_no_peer_its_deployment_does_not_name(launcher: Launcher) -> None:
+    """Even a correctly signed /prefill or /prefix/send naming another listener is refused,
+    and that listener is never dialled."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        auth = launcher.instance_auth()
+        url = _instance_url(launcher, "prfaas-0")
+        prefill = httpx.post(
+            url + "/prefill", json=_prefill_body("127.0.0.1", port), auth=auth, timeout=30
+        )
+        assert prefill.status_code == 400
+        assert "not a transfer endpoint of this deployment" in prefill.json()["error"]["message"]
+        send = {
+            "move_id": "move-outsider",
+            "token_ids": [1, 2, 3],
+            "max_tokens": 16,
+            "target_transfer_host": "127.0.0.1",
+            "target_transfer_port": port,
+        }
+        pd_p = _instance_url(launcher, "pdp-0")
+        moved = httpx.post(pd_p + "/prefix/send", json=send, auth=auth, timeout=30)
+        assert moved.status_code == 400
+        assert "not a transfer endpoint of this deployment" in moved.json()["error"]["message"]
+        listener.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            listener.accept()
