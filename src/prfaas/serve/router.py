@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config import Deployment, InstanceRole
+from prfaas.serve.dashboard import register_dashboard
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -124,9 +125,7 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
         if chunk.finish_reason is not None:
             finish, completion_tokens = chunk.finish_reason, chunk.num_completion_tokens
             text = chunk.full_text if chunk.full_text is not None else text
-    rt.metrics.observe(
-        placed.decision.path.value, ttft_s, time.monotonic() - started, completion_tokens
-    )
+    _observe(rt, placed, ttft_s, time.monotonic() - started, completion_tokens)
     body = envelope(
         is_chat,
         placed.request_id,
@@ -170,9 +169,7 @@ async def _sse(
         yield _event(err.body())
         yield b"data: [DONE]\n\n"
         return
-    rt.metrics.observe(
-        placed.decision.path.value, ttft_s, time.monotonic() - started, completion_tokens
-    )
+    _observe(rt, placed, ttft_s, time.monotonic() - started, completion_tokens)
     if req.include_usage:
         yield _event(
             envelope(
@@ -186,6 +183,21 @@ async def _sse(
             )
         )
     yield b"data: [DONE]\n\n"
+
+
+def _observe(
+    rt: RouterRuntime, placed: Placed, ttft_s: float, e2e_s: float, completion_tokens: int
+) -> None:
+    d = placed.decision
+    rt.metrics.observe(
+        d.path.value,
+        ttft_s,
+        e2e_s,
+        completion_tokens,
+        request_id=placed.request_id,
+        reason=d.reason.value,
+        prompt_tokens=placed.num_prompt_tokens,
+    )
 
 
 def _event(body: dict[str, Any]) -> bytes:
@@ -339,6 +351,7 @@ def build_app(deployment: Deployment) -> FastAPI:
         return _admin_state(runtime())
 
     _admin_routes(app, runtime)
+    register_dashboard(app, runtime)
     return app
 
 
