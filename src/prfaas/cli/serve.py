@@ -6,6 +6,7 @@ Bad deployment files and start-up failures are one-line errors with exit code 2.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -43,32 +44,58 @@ def instance(
         raise _fail(str(err)) from None
 
 
-def router(deployment: DeploymentArg = None) -> None:
-    """Run the router (OpenAI-compatible API, scheduler, metrics) of a deployment."""
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No access-log line per request.")]
+
+
+def router(deployment: DeploymentArg = None, *, quiet: QuietOption = False) -> None:
+    """Run the router (OpenAI-compatible API, scheduler, metrics) of a deployment; one
+    access-log line per request on stdout, a summary on stderr when it stops."""
+    from prfaas.serve.access_log import install
     from prfaas.serve.router import serve_router
 
+    log = install(quiet=quiet)
+    # uvicorn shuts down on SIGINT/SIGTERM, then re-raises the signal: this handler turns it
+    # (or one that comes before uvicorn listens) into _Stopped, so the summary still prints
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, _stopped)
     try:
         serve_router(load_deployment(deployment))
     except ServeError as err:
         raise _fail(str(err)) from None
+    except _Stopped:
+        pass
+    print(log.summary(), file=sys.stderr, flush=True)
 
 
-def up(deployment: DeploymentArg = None) -> None:
-    """Start the router and every instance on this host; Ctrl-C stops them all."""
+class _Stopped(Exception):
+    """The router was told to stop (SIGINT or SIGTERM)."""
+
+
+def _stopped(signum: int, _: object) -> None:
+    raise _Stopped(signum)
+
+
+def up(deployment: DeploymentArg = None, *, quiet: QuietOption = False) -> None:
+    """Start the router and every instance on this host; Ctrl-C stops them all. Prints a line
+    per instance as it comes up, an access-log line per request (not with --quiet), and the
+    router's summary when it stops."""
     from prfaas.serve.launcher import Launcher, run_until_signal
+    from prfaas.serve.startup import wait_with_progress
 
     try:
-        launcher = Launcher(load_deployment(deployment), quiet=False)
+        launcher = Launcher(load_deployment(deployment), quiet=quiet)
         launcher.start()
         try:
-            launcher.wait_healthy()
+            wait_with_progress(launcher)
         except BaseException:
             launcher.stop()
             raise
     except ServeError as err:
         raise _fail(str(err)) from None
     typer.echo(f"prfaas: serving {launcher.deployment.model_name} at {launcher.url}/v1")
+    typer.echo(f"prfaas: dashboard at {launcher.url}/dashboard (Ctrl-C stops everything)")
     run_until_signal(launcher)
+    print("prfaas: every process stopped", file=sys.stderr)
 
 
 def demo(

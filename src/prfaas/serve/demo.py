@@ -17,6 +17,7 @@ import httpx
 
 from prfaas.serve.config import Deployment, RouterSpec
 from prfaas.serve.launcher import Launcher, run_until_signal
+from prfaas.serve.startup import wait_with_progress
 
 DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 4
 DOC_B = "Commodity Ethernet carries the KVCache of hybrid models between datacenters. " * 4
@@ -112,7 +113,7 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> None:
     started = time.monotonic()
     launcher.start()
     try:
-        launcher.wait_healthy(timeout_s=100)
+        wait_with_progress(launcher, timeout_s=100)
         print(f"deployment up in {time.monotonic() - started:.1f} s at {launcher.url}/v1")
         rows = _run_requests(launcher)
         _print(rows, deployment.threshold_tokens)
