@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prfaas.serve.config import Backend, InstanceRole, InstanceSpec
+from prfaas.serve.config import (
+    Backend,
+    Deployment,
+    EmulationSpec,
+    InstanceRole,
+    InstanceSpec,
+    RouterSpec,
+)
 
 
 def emulated_instance(name: str, role: InstanceRole, cluster: str, chip: str) -> InstanceSpec:
@@ -14,4 +21,25 @@ def emulated_instance(name: str, role: InstanceRole, cluster: str, chip: str) ->
         backend=Backend.EMULATED,
         chip=chip,
         capacity_mib=8192,
+    )
+
+
+def emulated_deployment(*, time_factor: float, num_decode: int = 1) -> Deployment:
+    """A small emulated PrfaaS-PD deployment on a free port: one PrfaaS prefill, one PD
+    prefill and `num_decode` PD decode instances (t = 128 tokens)."""
+    decode = tuple(
+        emulated_instance(f"pdd-{i}", InstanceRole.PD_DECODE, "pd", "h20")
+        for i in range(num_decode)
+    )
+    return Deployment(
+        model="prfaas-1t",
+        block_tokens=16,
+        threshold_tokens=128,
+        router=RouterSpec(port=0),
+        emulation=EmulationSpec(time_factor=time_factor, byte_factor=1e-3),
+        instances=(
+            emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),
+            emulated_instance("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
+            *decode,
+        ),
     )

@@ -23,9 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_deployment
 
-from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole, RouterSpec
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
@@ -102,20 +101,7 @@ def figures(dom: str) -> _Figures:
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
     os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    deployment = Deployment(
-        model="prfaas-1t",
-        block_tokens=16,
-        threshold_tokens=128,
-        router=RouterSpec(port=0),
-        emulation=EmulationSpec(time_factor=0.02, byte_factor=1e-3),
-        instances=(
-            emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),
-            emulated_instance("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
-            emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
-            emulated_instance("pdd-1", InstanceRole.PD_DECODE, "pd", "h20"),
-        ),
-    )
-    with Launcher(deployment) as live:
+    with Launcher(emulated_deployment(time_factor=0.02, num_decode=2)) as live:
         live.wait_healthy(timeout_s=90)
         yield live
 

@@ -14,9 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from serve_helpers import emulated_instance
-
-from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole, RouterSpec
+from serve_helpers import emulated_deployment
 
 pytestmark = pytest.mark.e2e
 
@@ -26,18 +24,7 @@ ACCESS_LINE = re.compile(
 
 
 def _deployment_file(tmp_path: Path) -> Path:
-    deployment = Deployment(
-        model="prfaas-1t",
-        block_tokens=16,
-        threshold_tokens=128,
-        router=RouterSpec(port=0),
-        emulation=EmulationSpec(time_factor=0.01, byte_factor=1e-3),
-        instances=(
-            emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),
-            emulated_instance("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
-            emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
-        ),
-    )
+    deployment = emulated_deployment(time_factor=0.01)
     path = tmp_path / "deployment.yaml"
     path.write_text(yaml.safe_dump(deployment.model_dump(mode="json")))
     return path
