@@ -102,7 +102,7 @@ def figures(dom: str) -> _Figures:
 def launcher() -> Iterator[Launcher]:
     os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     with Launcher(emulated_deployment(time_factor=0.02, num_decode=2)) as live:
-        live.wait_healthy(timeout_s=90)
+        live.wait_healthy(timeout_s=240)  # generous: a loaded 2-core host
         yield live
 
 

@@ -37,7 +37,7 @@ def _run_up(tmp_path: Path, *flags: str) -> tuple[list[str], str]:
         argv = [sys.executable, "-m", "prfaas", "up", str(_deployment_file(tmp_path)), *flags]
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 240  # start-up on a loaded host
             while "serving" not in out_path.read_text():
                 assert proc.poll() is None, err_path.read_text()
                 assert time.monotonic() < deadline, err_path.read_text()
