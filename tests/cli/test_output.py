@@ -49,6 +49,11 @@ def test_help_has_no_bool_metavar(command: str, capsys: pytest.CaptureFixture[st
     assert "╭" not in out  # plain click help: wraps cleanly in a pipe
 
 
+def test_help_keeps_examples_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(["bench", "--help"], capsys)
+    assert "fixed:in=512,out=64" in out  # not cut across two lines
+
+
 @pytest.mark.parametrize("command", ["plan", "simulate"])
 def test_help_lists_the_bundled_scenarios(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run([command, "--help"], capsys)

@@ -147,7 +147,9 @@ def command(
     trace: Annotated[Path | None, typer.Option("--trace", help="Mooncake JSONL trace.")] = None,
     workload: Annotated[
         str | None,
-        typer.Option("--workload", help="e.g. lognormal:mu=9.9,sigma=1,min=128,max=131072,out=256"),
+        typer.Option(
+            "--workload", help="Synthetic lengths, e.g. fixed:in=512,out=64 (docs/bench.md)."
+        ),
     ] = None,
     time_scale: Annotated[
         float | None,
