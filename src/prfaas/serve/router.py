@@ -118,7 +118,9 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
         )
     text, finish, completion_tokens, ttft_s = "", None, 0, 0.0
     async for chunk in items:
-        assert isinstance(chunk, p.DecodeChunk)
+        if isinstance(chunk, Placed):  # retried before its first token: placed again
+            placed = chunk
+            continue
         if not ttft_s:
             ttft_s = time.monotonic() - started
         text += chunk.text
@@ -150,7 +152,9 @@ async def _sse(
     ttft_s, completion_tokens = 0.0, 0
     try:
         async for chunk in items:
-            assert isinstance(chunk, p.DecodeChunk)
+            if isinstance(chunk, Placed):  # retried before its first token: placed again
+                placed = chunk
+                continue
             if not ttft_s:
                 ttft_s = time.monotonic() - started
             completion_tokens = chunk.num_completion_tokens or completion_tokens
