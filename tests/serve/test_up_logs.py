@@ -37,7 +37,7 @@ def _run_up(tmp_path: Path, *flags: str) -> tuple[list[str], str]:
         argv = [sys.executable, "-m", "prfaas", "up", str(_deployment_file(tmp_path)), *flags]
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
         try:
-            deadline = time.monotonic() + 240  # start-up on a loaded host
+            deadline = time.monotonic() + 600  # start-up on a loaded host
             while "serving" not in out_path.read_text():
                 assert proc.poll() is None, err_path.read_text()
                 assert time.monotonic() < deadline, err_path.read_text()
@@ -46,12 +46,12 @@ def _run_up(tmp_path: Path, *flags: str) -> tuple[list[str], str]:
             assert url is not None
             for prompt in ("hi", "PrfaaS offloads long prefill. " * 12, "hello"):
                 body = {"model": "prfaas-1t", "prompt": prompt, "max_tokens": 4}
-                response = httpx.post(url.group(1) + "/v1/completions", json=body, timeout=60)
+                response = httpx.post(url.group(1) + "/v1/completions", json=body, timeout=600)
                 assert response.status_code == 200, response.text
             time.sleep(0.5)
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=60)
+            proc.wait(timeout=120)
     return out_path.read_text().splitlines(), err_path.read_text()
 
 

@@ -113,7 +113,7 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> None:
     started = time.monotonic()
     launcher.start()
     try:
-        wait_with_progress(launcher, timeout_s=100)
+        wait_with_progress(launcher)
         print(f"deployment up in {time.monotonic() - started:.1f} s at {launcher.url}/v1")
         rows = _run_requests(launcher)
         _print(rows, deployment.threshold_tokens)

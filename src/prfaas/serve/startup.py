@@ -23,7 +23,7 @@ POLL_INTERVAL_S = 0.25
 
 
 def wait_with_progress(
-    launcher: Launcher, timeout_s: float = 100.0, out: TextIO | None = None
+    launcher: Launcher, timeout_s: float = 300.0, out: TextIO | None = None
 ) -> None:
     """Block until the deployment is healthy, printing each instance as it comes up."""
     stream = out if out is not None else sys.stderr
