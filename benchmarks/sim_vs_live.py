@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from prfaas.cli.output import progress_bar
 from prfaas.serve.config import load_deployment
 from prfaas.serve.launcher import Launcher
 from provenance import git_sha, host
@@ -184,19 +185,29 @@ def main() -> None:
         "lognormal": lambda: lognormal_arrivals(n, args.lognormal_rate, args.max_output_tokens, 0),
     }
     rows = []
-    for workload in args.workloads.split(","):
-        arrivals = work / f"{workload}.jsonl"
-        arrivals.write_text("".join(json.dumps(r) + "\n" for r in makers[workload]()))
-        for layout in args.layouts.split(","):
-            sim = _view(simulate(work, layout, arrivals)["metrics"], TIME_FACTOR)
-            got = _view(live(work, layout, arrivals, n)["metrics"], 1.0)
-            rel = {
-                k: _rel(got[k], sim[k]) for k in ("throughput_per_s", "ttft_p50_s", "ttft_p90_s")
-            }
-            rows.append(
-                {"workload": workload, "layout": layout, "sim": sim, "live": got, "rel": rel}
-            )
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    workloads, layouts = args.workloads.split(","), args.layouts.split(",")
+    with progress_bar(counted=True) as bar:
+        task = bar.add_task("runs", total=len(workloads) * len(layouts))
+        for workload in workloads:
+            arrivals = work / f"{workload}.jsonl"
+            arrivals.write_text("".join(json.dumps(r) + "\n" for r in makers[workload]()))
+            for layout in layouts:
+                bar.update(task, description=f"{workload} on {layout}")
+                rows.append(_compare(work, workload, layout, arrivals, n))
+                bar.advance(task)
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    _report(args, rows)
+
+
+def _compare(work: Path, workload: str, layout: str, arrivals: Path, n: int) -> dict[str, Any]:
+    """One layout on one workload: the simulator's and the live run's figures, and their gap."""
+    sim = _view(simulate(work, layout, arrivals)["metrics"], TIME_FACTOR)
+    got = _view(live(work, layout, arrivals, n)["metrics"], 1.0)
+    rel = {k: _rel(got[k], sim[k]) for k in ("throughput_per_s", "ttft_p50_s", "ttft_p90_s")}
+    return {"workload": workload, "layout": layout, "sim": sim, "live": got, "rel": rel}
+
+
+def _report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     result = {
         "benchmark": "sim_vs_live",
         "loadavg": os.getloadavg(),

@@ -8,12 +8,13 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from bench_fake_server import FakeServer
 from typer.testing import CliRunner
 
 from prfaas.bench import Arrival, BenchConfig, run_bench
 from prfaas.bench.runner import CUT_OFF
-from prfaas.cli.app import app
+from prfaas.cli.app import app, main
 
 runner = CliRunner()
 
@@ -50,11 +51,17 @@ def test_records_file_and_metrics_duration(fake_server: FakeServer, tmp_path: Pa
     assert report["wall_s"] >= report["metrics"]["duration_s"]
 
 
-def test_bad_duration_is_a_flag_error(fake_server: FakeServer) -> None:
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_bad_duration_is_a_flag_error(
+    fake_server: FakeServer, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = ["bench", "--endpoint", fake_server.url, "--workload", "fixed:in=8,out=3"]
-    result = runner.invoke(app, [*args, "--duration", "0"])
-    assert result.exit_code == 2
-    assert result.stderr.strip().startswith("prfaas: error: --duration")
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--duration", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("prfaas: error: Invalid value for '--duration'")
+    assert len(err.splitlines()) == 1
 
 
 def test_chat_api_streams_deltas(fake_server: FakeServer) -> None:

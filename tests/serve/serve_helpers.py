@@ -26,19 +26,26 @@ def emulated_instance(name: str, role: InstanceRole, cluster: str, chip: str) ->
     )
 
 
-def emulated_deployment(**updates: Any) -> Deployment:
-    """A PrfaaS + PD-P + PD-D emulated deployment of `prfaas-1t` (fast: 1% of modelled time),
-    router on a free port; `updates` replace its fields."""
+def emulated_deployment(
+    *, time_factor: float = 0.01, num_decode: int = 1, **updates: Any
+) -> Deployment:
+    """A small emulated PrfaaS-PD deployment of `prfaas-1t` on a free port: one PrfaaS
+    prefill, one PD prefill and `num_decode` PD decode instances (t = 128 tokens);
+    `updates` replace its fields."""
+    decode = tuple(
+        emulated_instance(f"pdd-{i}", InstanceRole.PD_DECODE, "pd", "h20")
+        for i in range(num_decode)
+    )
     deployment = Deployment(
         model="prfaas-1t",
         block_tokens=16,
         threshold_tokens=128,
         router=RouterSpec(port=0),
-        emulation=EmulationSpec(time_factor=0.01, byte_factor=1 / 4096),
+        emulation=EmulationSpec(time_factor=time_factor, byte_factor=1e-3),
         instances=(
             emulated_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas", "h200"),
             emulated_instance("pdp-0", InstanceRole.PD_PREFILL, "pd", "h20"),
-            emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
+            *decode,
         ),
     )
     return deployment.model_copy(update=updates)

@@ -3,7 +3,8 @@
 The shell around `prfaas.bench`: flags to arrivals and config, a rich progress bar while the
 run goes, then a table (or `--json`, `--save`) of the `prfaas.metrics/1` summary. A run that
 stops early (unreachable server, wrong endpoint, malformed trace line, Ctrl-C) prints the
-partial report of what completed, then one line on stderr, and exits 1; a flag error exits 2.
+partial report of what completed (nothing when no request did), then one line on stderr, and
+exits 1; a flag error (`cli.checks`: every number finite and in range) exits 2.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from prfaas.bench import (
@@ -35,6 +34,8 @@ from prfaas.bench import (
     synthetic_arrivals,
     trace_arrivals,
 )
+from prfaas.cli import checks
+from prfaas.cli.output import Format, FormatOption, Output, progress_bar, resolve_format
 from prfaas.metrics import MetricsSummary, RequestRecord, Slo
 
 DEFAULT_SYNTHETIC_REQUESTS = 100
@@ -48,9 +49,12 @@ def parse_goodput(spec: str) -> Slo:
         if name not in ("ttft", "tpot") or not raw:
             raise WorkloadSpecError(f"--goodput: bad item {item!r} (use ttft:MS,tpot:MS)")
         try:
-            limits[name] = float(raw) / 1000.0
+            limit_ms = float(raw)
         except ValueError:
             raise WorkloadSpecError(f"--goodput: {raw!r} is not milliseconds") from None
+        if not math.isfinite(limit_ms) or limit_ms <= 0:
+            raise WorkloadSpecError(f"--goodput: {raw!r} is not a finite number of ms > 0")
+        limits[name] = limit_ms / 1000.0
     if not limits:
         raise WorkloadSpecError("--goodput: give ttft:MS and/or tpot:MS")
     return Slo(ttft_s=limits.get("ttft"), tpot_s=limits.get("tpot"))
@@ -90,7 +94,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:.1f}"
 
 
-def _render(summary: MetricsSummary, result: BenchResult, source: str) -> None:
+def _render(summary: MetricsSummary, result: BenchResult, source: str, out: Output) -> None:
     table = Table(title=f"prfaas bench: {result.model} at {result.endpoint}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -118,20 +122,14 @@ def _render(summary: MetricsSummary, result: BenchResult, source: str) -> None:
         table.add_row("failed: " + reason, str(count))
     for reason, count in s.rejections.items():
         table.add_row("rejected: " + reason, str(count))
-    Console().print(table)
+    out.table(table)
 
 
-def _run(config: BenchConfig, arrivals: Iterable[Arrival], total: int, quiet: bool) -> BenchResult:
+def _run(config: BenchConfig, arrivals: Iterable[Arrival], total: int) -> BenchResult:
     """Run with a progress bar; Ctrl-C keeps what finished (requests in flight are dropped)."""
     done: list[RequestRecord] = []
     failed = [0]
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=True, disable=quiet) as bar:
+    with progress_bar(counted=True) as bar:
         task = bar.add_task("benchmarking", total=total)
 
         def on_record(record: RequestRecord) -> None:
@@ -154,23 +152,42 @@ def command(
     trace: Annotated[Path | None, typer.Option("--trace", help="Mooncake JSONL trace.")] = None,
     workload: Annotated[
         str | None,
-        typer.Option("--workload", help="e.g. lognormal:mu=9.9,sigma=1,min=128,max=131072,out=256"),
+        typer.Option(
+            "--workload", help="Synthetic lengths, e.g. fixed:in=512,out=64 (docs/bench.md)."
+        ),
     ] = None,
     time_scale: Annotated[
-        float | None, typer.Option("--time-scale", help="Multiply trace gaps (0.5 = 2x rate).")
+        float | None,
+        typer.Option(
+            "--time-scale",
+            help="Multiply trace gaps (0.5 = 2x rate), in (0, 1000].",
+            callback=checks.time_scale,
+        ),
     ] = None,
-    rate: Annotated[float | None, typer.Option("--rate", help="Requests/s (default inf).")] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option("--rate", help="Requests/s (default: all at once).", callback=checks.positive),
+    ] = None,
     burstiness: Annotated[
-        float | None, typer.Option("--burstiness", help="Gamma shape: 1 Poisson, <1 bursty.")
+        float | None,
+        typer.Option(
+            "--burstiness", help="Gamma shape: 1 Poisson, <1 bursty.", callback=checks.positive
+        ),
     ] = None,
     max_concurrency: Annotated[
-        int, typer.Option("--max-concurrency", help="Requests in flight at most.")
+        int,
+        typer.Option(
+            "--max-concurrency", help="Requests in flight at most.", callback=checks.positive_int
+        ),
     ] = 256,
     goodput: Annotated[
         str | None, typer.Option("--goodput", help="SLOs in ms, e.g. ttft:2000,tpot:50.")
     ] = None,
     num_requests: Annotated[
-        int | None, typer.Option("--num-requests", help="Synthetic count / trace prefix.")
+        int | None,
+        typer.Option(
+            "--num-requests", help="Synthetic count / trace prefix.", callback=checks.positive_int
+        ),
     ] = None,
     model: Annotated[
         str | None, typer.Option("--model", help="Model id (default: first in /v1/models).")
@@ -181,20 +198,34 @@ def command(
     token_unit: Annotated[
         TokenUnit, typer.Option("--token-unit", help="byte (tiny presets) or word (BPE).")
     ] = TokenUnit.BYTE,
-    seed: Annotated[int, typer.Option("--seed", help="Lengths, gaps and prompt text.")] = 0,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="Per-request limit (s).")] = 600.0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", help="Lengths, gaps and prompt text.", callback=checks.non_negative_int
+        ),
+    ] = 0,
+    timeout_s: Annotated[
+        float,
+        typer.Option("--timeout", help="Per-request limit (s).", callback=checks.positive),
+    ] = 600.0,
     duration: Annotated[
         float | None,
-        typer.Option("--duration", help="End the run after S s; requests in flight are cut off."),
+        typer.Option(
+            "--duration",
+            help="End the run after S s; requests in flight are cut off.",
+            callback=checks.positive,
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")] = False,
     save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON here.")] = None,
     records: Annotated[
         Path | None, typer.Option("--records", help="Write one JSON line per request here.")
     ] = None,
+    output_format: FormatOption = None,
 ) -> None:
     """Replay a Mooncake trace or synthetic load against an OpenAI-compatible endpoint and
     report TTFT, TPOT, ITL, E2E, throughput and goodput (docs/bench.md)."""
+    fmt = resolve_format(output_format, as_json)
     try:
         slo = None if goodput is None else parse_goodput(goodput)
         arrivals, total, source = _arrivals(
@@ -216,15 +247,18 @@ def command(
             duration_s=duration,
             api=api,
         )
-        result = _run(config, arrivals, total, quiet=as_json)
+        result = _run(config, arrivals, total)
     except BenchError as err:
         print(f"prfaas: error: {err}", file=sys.stderr)
         raise typer.Exit(2) from None
+    if result.stopped is not None and not result.records:
+        print(f"prfaas: error: {result.stopped} (no request completed)", file=sys.stderr)
+        raise typer.Exit(1)
     report = result.to_json(slo, source)
-    if as_json:
+    if fmt is Format.JSON:
         typer.echo(json.dumps(report, indent=2))
     else:
-        _render(result.summary(slo), result, source)
+        _render(result.summary(slo), result, source, Output(fmt))
     if save is not None:
         save.write_text(json.dumps(report, indent=2) + "\n")
     if records is not None:

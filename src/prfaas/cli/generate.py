@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from prfaas.cli import checks
+
 
 def _fail(message: str) -> typer.Exit:
     print(f"prfaas: error: {message}", file=sys.stderr)
@@ -26,11 +28,21 @@ def command(
         str, typer.Option("--model", help="Preset name, 'smollm2', a checkpoint dir or .gguf.")
     ] = "tiny-qwen3-next",
     prompt: Annotated[str | None, typer.Option("--prompt", help="Prompt text.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens to generate.")] = 32,
-    temperature: Annotated[float, typer.Option(help="0 for greedy.")] = 0.0,
-    top_p: Annotated[float, typer.Option("--top-p")] = 1.0,
-    top_k: Annotated[int, typer.Option("--top-k")] = 0,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    max_tokens: Annotated[
+        int,
+        typer.Option("--max-tokens", help="Tokens to generate.", callback=checks.positive_int),
+    ] = 32,
+    temperature: Annotated[
+        float, typer.Option(help="0 for greedy.", callback=checks.non_negative)
+    ] = 0.0,
+    top_p: Annotated[
+        float,
+        typer.Option("--top-p", help="Nucleus mass, in (0, 1].", callback=checks.unit_interval),
+    ] = 1.0,
+    top_k: Annotated[
+        int, typer.Option("--top-k", help="0: no limit.", callback=checks.non_negative_int)
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Sampling seed.", callback=checks.non_negative_int)] = 0,
     disaggregated: Annotated[
         bool, typer.Option("--disaggregated", help="Prefill on one instance, decode on another.")
     ] = False,

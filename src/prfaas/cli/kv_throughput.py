@@ -7,9 +7,9 @@ from dataclasses import asdict
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from prfaas.cli.output import Format, FormatOption, Output, resolve_format
 from prfaas.specs.catalog import get_chip, model_names, resolve_model
 from prfaas.specs.errors import SpecError
 from prfaas.specs.throughput import KvThroughputRow, PaperAgreement, kv_throughput_rows
@@ -29,7 +29,7 @@ def _parse_lengths(text: str) -> list[int]:
         raise SpecError(f"--lengths: {err}") from None
 
 
-def _render(rows: list[KvThroughputRow]) -> None:
+def _render(rows: list[KvThroughputRow], out: Output) -> None:
     table = Table(title="KV throughput per prefill instance (Eq. 1)")
     for column in ("model", "length", "S_kv MiB", "T_prefill s", "Phi Gbps", "paper", "ratio"):
         table.add_column(column, justify="left" if column == "model" else "right")
@@ -44,12 +44,11 @@ def _render(rows: list[KvThroughputRow]) -> None:
             "-" if row.paper_phi_gbps is None else f"{row.paper_phi_gbps:.2f}",
             "-" if ratio is None else f"{ratio:.2f}x",
         )
-    console = Console()
-    console.print(table)
+    out.table(table)
     sources = sorted({f"{r.model}: {r.source}" for r in rows})
-    console.print("timing: " + "; ".join(sources))
+    out.note("timing: " + "; ".join(sources))
     for agreement in PaperAgreement.per_table(rows):
-        console.print(
+        out.note(
             f"vs paper {agreement.table}: {agreement.num_cells} cells, median ratio "
             f"{agreement.median_ratio:.2f}x, worst {agreement.worst_ratio:.2f}x"
         )
@@ -71,17 +70,20 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print a JSON list, not
 
 
 def command(
+    *,
     model: ModelOption = [],  # noqa: B006 - typer reads, never mutates, the default
     chip: ChipOption = "h200",
     gpus: GpusOption = 8,
     lengths: LengthsOption = "1K,8K,32K,128K",
     as_json: JsonOption = False,
+    output_format: FormatOption = None,
 ) -> None:
     """KV throughput (Gbps) that one prefill instance emits, beside the paper's measurements."""
+    fmt = resolve_format(output_format, as_json)
     models = [resolve_model(ref) for ref in (_split(model) or model_names())]
     rows = kv_throughput_rows(models, get_chip(chip), gpus, _parse_lengths(lengths))
-    if as_json:
+    if fmt is Format.JSON:
         payload = [asdict(r) | {"ratio_to_paper": r.ratio_to_paper} for r in rows]
         typer.echo(json.dumps(payload, indent=2))
     else:
-        _render(rows)
+        _render(rows, Output(fmt))

@@ -8,9 +8,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from prfaas.cli.output import (
+    Format,
+    FormatOption,
+    JsonOption,
+    Output,
+    ScenarioOption,
+    progress_bar,
+    resolve_format,
+)
 from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.plan import PlanReport, plan
 from prfaas.planner.scenario import (
@@ -80,7 +88,7 @@ def _rows(point: OperatingPoint, report: PlanReport) -> list[str]:
     ]
 
 
-def _render(scenario: Scenario, report: PlanReport) -> None:
+def _render(scenario: Scenario, report: PlanReport, out: Output) -> None:
     table = Table(title=f"Plan: {scenario.name} (paper Table 6 layout)")
     table.add_column("")
     for label in COLUMNS.values():
@@ -100,22 +108,21 @@ def _render(scenario: Scenario, report: PlanReport) -> None:
     cells = [_rows(report.deployments[name], report) for name in COLUMNS]
     for i, label in enumerate(labels):
         table.add_row(label, *(column[i] for column in cells))
-    console = Console()
-    console.print(table)
+    out.table(table)
     hw, w, best = scenario.hardware, report.workload, report.deployments["prfaas_pd"]
-    console.print(
+    out.note(
         f"workload: {w.description}; mean uncached input {w.uncached_input.mean_tokens:,.0f} "
         f"tokens, prefix hits {w.prefix_hit_fraction:.1%}, mean output "
         f"{w.mean_output_tokens:,.0f}; at t*: l_long {_fmt(best.long_mean_tokens, ',.0f')}, "
         f"l_short {_fmt(best.short_mean_tokens, ',.0f')}"
     )
-    console.print(
+    out.note(
         f"decode: BS_max {report.decode.max_batch_size} at T_decode "
         f"{report.decode.step_s * 1e3:.1f} ms ({hw.decode_slo_tokens_per_s:g} tokens/s SLO)"
     )
     for role, cluster in (("PrfaaS", hw.prfaas), ("PD", hw.pd)):
         profile = cluster.profile
-        console.print(
+        out.note(
             f"{role}: {cluster.num_instances} x {profile.chip.name} x{profile.gpus_per_instance}, "
             f"timing {profile.source}"
         )
@@ -133,10 +140,6 @@ def _write_plots(report: PlanReport, plot_dir: Path) -> list[Path]:
     return written
 
 
-ScenarioOption = Annotated[
-    str, typer.Option("--scenario", "-s", help="Bundled scenario name or a scenario YAML file.")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")]
 PlotDirOption = Annotated[
     Path | None, typer.Option("--plot-dir", help="Write Fig. 5a and 5b as PNGs into DIR.")
 ]
@@ -168,28 +171,35 @@ def command(
             help="Also plan on the hits per-instance pools would see (trace workloads).",
         ),
     ] = False,
+    output_format: FormatOption = None,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
+    fmt = resolve_format(output_format, as_json)
     body, base_dir = read_scenario_file(scenario)
     if trace is not None or cache_blocks is not None:
         body = _with_trace(body, trace, cache_blocks)
-    resolved = build_scenario(body, base_dir, Path(scenario).name)
-    report = plan(resolved.hardware, resolved.workload, resolved.threshold_step_tokens)
-    points = None
-    if pool_aware:
-        from prfaas.cli import plan_pool
+    with progress_bar() as bar:
+        task = bar.add_task("reading the workload", total=None)
+        resolved = build_scenario(body, base_dir, Path(scenario).name)
+        bar.update(task, description="searching t and the P/D split")
+        report = plan(resolved.hardware, resolved.workload, resolved.threshold_step_tokens)
+        points = None
+        if pool_aware:
+            from prfaas.cli import plan_pool
 
-        points = plan_pool.pool_aware_points(body, base_dir, resolved)
-    if as_json:
+            bar.update(task, description="replaying the trace through per-instance pools")
+            points = plan_pool.pool_aware_points(body, base_dir, resolved)
+    if fmt is Format.JSON:
         out = report.to_json()
         if points is not None:
             out = {**out, "pool_aware": plan_pool.points_json(points)}
         typer.echo(json.dumps(out, indent=2))
     else:
-        _render(resolved, report)
+        output = Output(fmt)
+        _render(resolved, report, output)
         if points is not None:
-            plan_pool.render(points)
+            plan_pool.render(points, output)
     if plot_dir is not None:
         for path in _write_plots(report, plot_dir):
-            typer.echo(f"wrote {path}", err=as_json)
+            typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)

@@ -7,9 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from prfaas.cli.output import Output
 from prfaas.kvcache.cache import CacheConfig
 from prfaas.planner.scenario import Scenario, ScenarioFile
 from prfaas.scheduler.hit_model import PoolAwarePoint, pool_aware_plan
@@ -39,7 +39,7 @@ def points_json(points: list[PoolAwarePoint]) -> list[dict[str, Any]]:
     return [asdict(p) for p in points]
 
 
-def render(points: list[PoolAwarePoint]) -> None:
+def render(points: list[PoolAwarePoint], out: Output) -> None:
     table = Table(title="Pool-aware plan (per-instance pools, snapshot policy, placement)")
     for name in ("deployment", "hit ideal", "hit predicted", "Lambda_max ideal", "Lambda_max"):
         table.add_column(name, justify="right")
@@ -54,4 +54,4 @@ def render(points: list[PoolAwarePoint]) -> None:
             f"{p.lambda_max:.3f}",
             f"{p.n_prfaas} / {p.n_p} / {p.n_d}, {t}",
         )
-    Console().print(table)
+    out.table(table)

@@ -9,6 +9,7 @@ kept exiting beyond the restart budget.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -54,16 +55,37 @@ def instance(
         raise _fail(err) from None
 
 
-def router(deployment: DeploymentArg = None) -> None:
-    """Run the router (OpenAI-compatible API, scheduler, metrics) of a deployment."""
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No access-log line per request.")]
+
+
+def router(deployment: DeploymentArg = None, *, quiet: QuietOption = False) -> None:
+    """Run the router (OpenAI-compatible API, scheduler, metrics) of a deployment; one
+    access-log line per request on stdout, a summary on stderr when it stops."""
+    from prfaas.serve.access_log import install
     from prfaas.serve.router import serve_router
 
+    log = install(quiet=quiet)
+    # uvicorn shuts down on SIGINT/SIGTERM, then re-raises the signal: this handler turns it
+    # (or one that comes before uvicorn listens) into _Stopped, so the summary still prints
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, _stopped)
     try:
         loaded = load_deployment(deployment)
         require_valid(loaded, Scope.ROUTER)
         serve_router(loaded)
     except ServeError as err:
         raise _fail(err) from None
+    except _Stopped:
+        pass
+    print(log.summary(), file=sys.stderr, flush=True)
+
+
+class _Stopped(Exception):
+    """The router was told to stop (SIGINT or SIGTERM)."""
+
+
+def _stopped(signum: int, _: object) -> None:
+    raise _Stopped(signum)
 
 
 def _overridden(
@@ -92,19 +114,23 @@ def up(
         str | None,
         typer.Option("--model", help="Model: an engine preset or a checkpoint directory."),
     ] = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Start the router and every instance on this host, restart any that exits; Ctrl-C stops
-    them all (exit 0; 3 when a child exhausted the restart budget, 2 for a bad deployment)."""
+    them all (exit 0; 3 when a child exhausted the restart budget, 2 for a bad deployment).
+    Prints a line per instance as it comes up, an access-log line per request (not with
+    --quiet), and the router's summary when it stops."""
     from prfaas.serve.launcher import Launcher
+    from prfaas.serve.startup import wait_with_progress
     from prfaas.serve.supervisor import Supervisor
 
     try:
         loaded = _overridden(load_deployment(deployment), host, port, model)
         require_valid(loaded, Scope.ALL, secret_generated=True)
-        launcher = Launcher(loaded, quiet=False)
+        launcher = Launcher(loaded, quiet=quiet)
         launcher.start()
         try:
-            launcher.wait_healthy(loaded.supervisor.start_timeout_s)
+            wait_with_progress(launcher, loaded.supervisor.start_timeout_s)
         except BaseException:
             launcher.stop()
             raise
@@ -113,7 +139,10 @@ def up(
     typer.echo(f"prfaas: serving {launcher.deployment.model_name} at {launcher.url}/v1")
     if launcher.admin_token_generated:
         typer.echo(f"prfaas: admin token (Authorization: Bearer): {launcher.admin_token}")
-    raise typer.Exit(Supervisor(launcher).run())
+    typer.echo(f"prfaas: dashboard at {launcher.url}/dashboard (Ctrl-C stops everything)")
+    code = Supervisor(launcher).run()
+    print("prfaas: every process stopped", file=sys.stderr)
+    raise typer.Exit(code)
 
 
 def demo(

@@ -8,10 +8,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
+from prfaas.cli import checks
+from prfaas.cli.output import (
+    Format,
+    FormatOption,
+    JsonOption,
+    Output,
+    ScenarioOption,
+    progress_bar,
+    resolve_format,
+)
 from prfaas.planner.scenario import (
     AdmissionFile,
     RebalanceFile,
@@ -20,7 +28,7 @@ from prfaas.planner.scenario import (
     read_scenario_file,
 )
 from prfaas.sim.api import SimRun, simulate_body, with_trace
-from prfaas.sim.sweep import SweepRow, saturation, sweep_json, sweep_time_scales
+from prfaas.sim.sweep import SweepRow, saturated, saturation, sweep_json, sweep_time_scales
 from prfaas.specs.errors import SpecError
 
 
@@ -28,7 +36,7 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _render(runs: list[SimRun]) -> None:
+def _render(runs: list[SimRun], out: Output) -> None:
     table = Table(title="Simulation")
     table.add_column("")
     for run in runs:
@@ -94,15 +102,11 @@ def _render(runs: list[SimRun]) -> None:
     rows.append(("slow-loop actions", [str(len(r.actions)) for r in reports]))
     for label, cells in rows:
         table.add_row(label, *cells)
-    console = Console()
-    console.print(table)
+    out.table(table)
     for r in reports:
-        console.print(f"{r.policy} reasons: " + ", ".join(f"{k} {v}" for k, v in r.reasons.items()))
+        out.note(f"{r.policy} reasons: " + ", ".join(f"{k} {v}" for k, v in r.reasons.items()))
 
 
-ScenarioOption = Annotated[
-    str, typer.Option("--scenario", "-s", help="Bundled scenario name or a scenario YAML file.")
-]
 PolicyOption = Annotated[
     str | None,
     typer.Option("--policy", "-p", help="prfaas, homogeneous, naive, fixed or dynamo."),
@@ -114,16 +118,24 @@ CompareOption = Annotated[
 TraceOption = Annotated[
     Path | None, typer.Option("--trace", help="Replay a Mooncake-format trace instead.")
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")]
 PlotDirOption = Annotated[
     Path | None, typer.Option("--plot-dir", help="Write timeline and TTFT PNGs into DIR.")
 ]
 TimeScaleOption = Annotated[
-    float | None, typer.Option("--time-scale", help="Multiply trace inter-arrival gaps.")
+    float | None,
+    typer.Option(
+        "--time-scale",
+        help="Multiply trace inter-arrival gaps, in (0, 1000].",
+        callback=checks.time_scale,
+    ),
 ]
 RebalanceOption = Annotated[
     float | None,
-    typer.Option("--rebalance-period", help="Run the slow loop every S seconds (prfaas policy)."),
+    typer.Option(
+        "--rebalance-period",
+        help="Run the slow loop every S >= 1 seconds (prfaas policy).",
+        callback=checks.rebalance_period,
+    ),
 ]
 TimeScalesOption = Annotated[
     str | None,
@@ -145,6 +157,7 @@ AdmissionMarginOption = Annotated[
     typer.Option(
         "--admission-margin",
         help="Refuse when predicted TTFT > SLO x (1 + this) (default 0).",
+        callback=checks.non_negative,
     ),
 ]
 SloCapacityOption = Annotated[
@@ -160,6 +173,7 @@ CapacityToleranceOption = Annotated[
     typer.Option(
         "--capacity-tolerance",
         help="Stop the --slo-capacity bisection when the bracket is within this fraction.",
+        callback=checks.unit_interval,
     ),
 ]
 LoadFactorsOption = Annotated[
@@ -186,7 +200,7 @@ def with_admission(body: ScenarioFile, mode: str | None, margin: float | None) -
     return body.model_copy(update={"simulation": sim.model_copy(update={"admission": admission})})
 
 
-def _render_sweep(rows: list[SweepRow]) -> None:
+def _render_sweep(rows: list[SweepRow], out: Output) -> None:
     table = Table(title="Time-scale sweep")
     for name in ("scale", "offered/s", "policy", "throughput/s", "goodput/s", "in SLO"):
         table.add_column(name, justify="right")
@@ -203,12 +217,17 @@ def _render_sweep(rows: list[SweepRow]) -> None:
             " / ".join(_fmt(v) for v in (r.ttft_mean_s, r.ttft_p90_s, r.ttft_p99_s)),
             f"{r.prefix_hit_fraction:.1%}",
         )
-    console = Console()
-    console.print(table)
+    out.table(table)
     for policy, (rate, scale) in saturation(rows).items():
-        console.print(
-            f"{policy}: saturation {rate:.3f} req/s (largest completion rate, at {scale:g})"
-        )
+        if saturated(rows, policy):
+            out.note(
+                f"{policy}: saturation {rate:.3f} req/s (largest completion rate, at {scale:g})"
+            )
+        else:
+            out.note(
+                f"{policy}: never saturated; {rate:.3f} req/s at the highest load tried "
+                f"(time scale {scale:g})"
+            )
 
 
 def command(
@@ -227,11 +246,13 @@ def command(
     slo_capacity: SloCapacityOption = False,
     load_factors: LoadFactorsOption = "0.5,0.75,1,1.25,1.5,2",
     capacity_tolerance: CapacityToleranceOption = 0.02,
+    output_format: FormatOption = None,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
     if policy is not None and compare is not None:
         raise SpecError("give either --policy or --compare")
+    fmt = resolve_format(output_format, as_json)
     body, base_dir = read_scenario_file(scenario)
     if trace is not None:
         body = with_trace(body, trace)
@@ -261,13 +282,13 @@ def command(
             base_dir,
             Path(scenario).name,
             policies,
-            capacity.SweepOptions(load_factors, capacity_tolerance, as_json, plot_dir),
+            capacity.SweepOptions(load_factors, capacity_tolerance, fmt, plot_dir),
         )
         return
     if time_scales is not None:
-        _sweep(body, base_dir, scenario, policies, time_scales, as_json, plot_dir)
+        _sweep(body, base_dir, scenario, policies, time_scales, fmt, plot_dir)
         return
-    with Progress(transient=True, disable=as_json) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("simulating", total=len(policies))
         runs = simulate_body(
             body,
@@ -276,15 +297,15 @@ def command(
             policies,
             lambda name, frac: bar.update(task, description=f"simulating {name}", advance=0.01),
         )
-    if as_json:
+    if fmt is Format.JSON:
         typer.echo(json.dumps([r.report.to_json() for r in runs], indent=2))
     else:
-        _render(runs)
+        _render(runs, Output(fmt))
     if plot_dir is not None:
         from prfaas.sim.plots import write_plots
 
         for path in write_plots([r.report for r in runs], plot_dir):
-            typer.echo(f"wrote {path}", err=as_json)
+            typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)
 
 
 def _sweep(  # noqa: PLR0917 (the command's options, passed on)
@@ -293,14 +314,11 @@ def _sweep(  # noqa: PLR0917 (the command's options, passed on)
     scenario: str,
     policies: list[str | None],
     time_scales: str,
-    as_json: bool,
+    fmt: Format,
     plot_dir: Path | None,
 ) -> None:
-    try:
-        scales = [float(x) for x in time_scales.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError(f"--time-scales: not a list of numbers: {time_scales!r}") from None
-    with Progress(transient=True, disable=as_json) as bar:
+    scales = checks.time_scale_list("--time-scales", time_scales)
+    with progress_bar() as bar:
         task = bar.add_task("simulating", total=len(policies) * len(scales))
         rows = sweep_time_scales(
             body,
@@ -312,11 +330,11 @@ def _sweep(  # noqa: PLR0917 (the command's options, passed on)
                 task, description=f"simulating {name}", advance=0.01
             ),
         )
-    if as_json:
+    if fmt is Format.JSON:
         typer.echo(json.dumps(sweep_json(rows), indent=2))
     else:
-        _render_sweep(rows)
+        _render_sweep(rows, Output(fmt))
     if plot_dir is not None:
         from prfaas.sim.plots import write_sweep_plot
 
-        typer.echo(f"wrote {write_sweep_plot(rows, plot_dir)}", err=as_json)
+        typer.echo(f"wrote {write_sweep_plot(rows, plot_dir)}", err=fmt is not Format.TABLE)

@@ -4,14 +4,14 @@ policy across a load sweep of the first policy's capacity, as a table, JSON and 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
+from prfaas.cli.output import Format, Output, progress_bar
 from prfaas.planner.scenario import ScenarioFile
 from prfaas.sim.capacity import (
     SLO_TARGET,
@@ -31,13 +31,12 @@ def parse_factors(text: str) -> list[float]:
         factors = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise SpecError(f"--load-factors: not a list of numbers: {text!r}") from None
-    if not factors or any(f <= 0 for f in factors):
+    if not factors or not all(math.isfinite(f) and f > 0 for f in factors):
         raise SpecError("--load-factors: give positive numbers, e.g. 0.5,1,2")
     return factors
 
 
-def _render(results: list[CapacityResult], rows: list[LoadPoint]) -> None:
-    console = Console()
+def _render(results: list[CapacityResult], rows: list[LoadPoint], out: Output) -> None:
     table = Table(title=f"SLO capacity (>= {SLO_TARGET:.0%} of requests within the SLO)")
     for name in ("policy", "capacity (req/s)", "time scale", "probes"):
         table.add_column(name, justify="right")
@@ -45,7 +44,7 @@ def _render(results: list[CapacityResult], rows: list[LoadPoint]) -> None:
         cap = "-" if r.capacity_per_s is None else f"{r.capacity_per_s:.3f}"
         scale = "-" if r.time_scale is None else f"{r.time_scale:.4g}"
         table.add_row(r.policy, cap, scale, str(len(r.probes)))
-    console.print(table)
+    out.table(table)
     sweep = Table(title=f"Load sweep (x the SLO capacity of {results[0].policy})")
     for name in ("load", "offered/s", "policy", "goodput/s", "in SLO", "rejected", "TTFT P90"):
         sweep.add_column(name, justify="right")
@@ -59,14 +58,14 @@ def _render(results: list[CapacityResult], rows: list[LoadPoint]) -> None:
             f"{p.rejection_rate:.1%}",
             "-" if p.ttft_p90_s is None else f"{p.ttft_p90_s:.2f}",
         )
-    console.print(sweep)
+    out.table(sweep)
 
 
 @dataclass(frozen=True, slots=True)
 class SweepOptions:
     load_factors: str
     tolerance: float
-    as_json: bool
+    fmt: Format
     plot_dir: Path | None
 
 
@@ -78,11 +77,9 @@ def run(
     options: SweepOptions,
 ) -> None:
     factors = parse_factors(options.load_factors)
-    if not 0 < options.tolerance < 1:
-        raise SpecError("--capacity-tolerance: give a fraction in (0, 1), e.g. 0.02")
-    as_json, plot_dir = options.as_json, options.plot_dir
+    as_json, plot_dir = options.fmt is Format.JSON, options.plot_dir
     names = [p or (body.simulation.policy if body.simulation else "prfaas") for p in policies]
-    with Progress(transient=True, disable=as_json) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("searching", total=None)
 
         def tick(name: str, _: float) -> None:
@@ -98,7 +95,7 @@ def run(
     if as_json:
         typer.echo(json.dumps(capacity_json(results, rows), indent=2))
     else:
-        _render(results, rows)
+        _render(results, rows, Output(options.fmt))
     if plot_dir is not None:
         from prfaas.sim.capacity_plot import write_capacity_plot
 

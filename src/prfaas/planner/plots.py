@@ -71,7 +71,7 @@ def fig5b(report: PlanReport) -> Figure:
     assert best.threshold_tokens is not None  # PrfaaS-PD always has a threshold
     keep = sweep.threshold_tokens <= max(FIG5B_MAX_THRESHOLD_TOKENS, best.threshold_tokens)
     t_k = sweep.threshold_tokens[keep] / 1000
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    fig = Figure(figsize=(6.4, 4.6), layout="constrained")
     ax = fig.add_subplot()
     ax.plot(t_k, sweep.prfaas_bound[keep], color="#3182bd", label=r"PrfaaS $\Theta_{prfaas}/p$")
     ax.plot(t_k, sweep.pd_p_bound[keep], color="#31a354", label=r"PD-P $\Theta_{pdp}/(1-p)$")
@@ -93,5 +93,5 @@ def fig5b(report: PlanReport) -> Figure:
     ax.set_title(f"Fig. 5b: bounds versus t at N_p={sweep.n_p}, N_d={sweep.n_d}")
     ax.set_xlim(0, t_k.max())
     ax.set_ylim(0, 2.2 * best.lambda_max)
-    ax.legend(loc="upper right", fontsize=8)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=8)  # under the axes: no curve hidden
     return fig

@@ -60,7 +60,7 @@ Tokens = Annotated[int, BeforeValidator(_tokens), Field(ge=1)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ClusterFile(_Strict):
@@ -152,7 +152,7 @@ class ArrivalsFile(_Strict):
     rate_per_s: float | None = Field(default=None, gt=0)
     num_requests: int | None = Field(default=None, ge=1)
     cv: float = Field(default=1.0, gt=0)
-    time_scale: float = Field(default=1.0, gt=0)
+    time_scale: float = Field(default=1.0, gt=0, le=1000.0)
     shift: ShiftFile | None = None
 
 
@@ -177,7 +177,7 @@ class SloFile(_Strict):
 
 
 class RebalanceFile(_Strict):
-    period_s: float = Field(default=120.0, gt=0)
+    period_s: float = Field(default=120.0, ge=1.0)
     min_samples: int = Field(default=200, ge=1)
 
 
@@ -210,7 +210,7 @@ class SimulationFile(_Strict):
     decode_kv_gib: float = Field(default=64.0, gt=0)
     prefix_cache_gib: float = Field(default=0.0, ge=0)
     rdma_gbps: float = Field(default=800.0, gt=0)
-    sample_period_s: float = Field(default=10.0, gt=0)
+    sample_period_s: float = Field(default=10.0, ge=0.1)
 
 
 class ScenarioFile(_Strict):
@@ -261,7 +261,10 @@ def _workload(body: WorkloadFile, base_dir: Path, where: str) -> Workload:
             else f"prefix cache of {blocks:,} blocks x {trace.block_tokens} tokens"
         )
         return Workload.from_trace(
-            read_mooncake_trace(path), blocks, f"trace {path.name}, {cache}", trace.block_tokens
+            read_mooncake_trace(path, trace.block_tokens),
+            blocks,
+            f"trace {path.name}, {cache}",
+            trace.block_tokens,
         )
     if body.input is None or body.output is None:
         raise SpecFileError(f"{where}: workload: give either trace or both input and output")

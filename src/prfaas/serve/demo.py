@@ -17,6 +17,7 @@ import httpx
 
 from prfaas.serve.config import Deployment
 from prfaas.serve.launcher import Launcher
+from prfaas.serve.startup import wait_with_progress
 from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
 
 DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 4
@@ -114,7 +115,7 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> int:
     code = EXIT_STOPPED
     launcher.start()
     try:
-        launcher.wait_healthy(timeout_s=100)
+        wait_with_progress(launcher, deployment.supervisor.start_timeout_s)
         print(f"deployment up in {time.monotonic() - started:.1f} s at {launcher.url}/v1")
         rows = _run_requests(launcher)
         _print(rows, deployment.threshold_tokens)

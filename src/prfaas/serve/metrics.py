@@ -28,14 +28,53 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:cache_moves_total{status}               counter  cross-cluster prefix moves
     prfaas:cache_move_bytes_total                  counter  their bytes over the link
     prfaas:cache_move_tokens_total                 counter  prefix tokens made restorable
+
+Beside the Prometheus series, the router keeps its last `MAX_COMPLETED` finished requests
+(`completed`: path, reason, TTFT, TPOT, tokens) for the dashboard's percentiles, and logs each
+one to the `prfaas.access` logger (the access log: `serve.access_log`).
 """
 
 from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from prfaas.serve.config import InstanceRole
 from prfaas.serve.registry import Registry
+
+MAX_COMPLETED = 2000
+access_log = logging.getLogger("prfaas.access")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedRequest:
+    """One request the router finished: what the access log and the dashboard show."""
+
+    request_id: str
+    path: str
+    reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    e2e_s: float
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first (None for a single token)."""
+        if self.completion_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
+
+    def access_line(self) -> str:
+        return (
+            f"{self.request_id} path={self.path} reason={self.reason} "
+            f"tokens={self.prompt_tokens}+{self.completion_tokens} "
+            f"ttft_ms={self.ttft_s * 1e3:.1f} e2e_ms={self.e2e_s * 1e3:.1f}"
+        )
+
 
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPOT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -44,6 +83,7 @@ TPOT_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.completed: deque[CompletedRequest] = deque(maxlen=MAX_COMPLETED)
         r = self.registry
         self.ttft = Histogram(
             "prfaas:time_to_first_token_seconds",
@@ -132,11 +172,24 @@ class RouterMetrics:
         """Count a completions request that ended `completed`, `failed` or `cancelled`."""
         self.requests.labels(outcome, str(status)).inc()
 
-    def observe(self, path: str, ttft_s: float, e2e_s: float, num_tokens: int) -> None:
+    def observe(
+        self,
+        path: str,
+        ttft_s: float,
+        e2e_s: float,
+        num_tokens: int,
+        *,
+        request_id: str = "",
+        reason: str = "",
+        prompt_tokens: int = 0,
+    ) -> None:
+        done = CompletedRequest(request_id, path, reason, prompt_tokens, num_tokens, ttft_s, e2e_s)
+        self.completed.append(done)
+        access_log.info(done.access_line(), extra={"completed": done})
         self.ttft.labels(path).observe(ttft_s)
         self.e2e.labels(path).observe(e2e_s)
-        if num_tokens > 1:
-            self.tpot.labels(path).observe((e2e_s - ttft_s) / (num_tokens - 1))
+        if done.tpot_s is not None:
+            self.tpot.labels(path).observe(done.tpot_s)
 
     def render(self, registry: Registry, threshold_tokens: int) -> bytes:
         link = registry.link_view()

@@ -43,6 +43,7 @@ from prfaas.serve.admin_auth import BearerAuth, admin_token, router_guards
 from prfaas.serve.admission import AdmissionRejectedError
 from prfaas.serve.config import Deployment, InstanceRole, configured_api_key, transfer_secret
 from prfaas.serve.control_auth import ControlSigner
+from prfaas.serve.dashboard import register_dashboard
 from prfaas.serve.edge import EdgeGuard, header_timeout_protocol
 from prfaas.serve.errors import (
     BadRequestError,
@@ -159,14 +160,16 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
     try:
         req, tokens, sampling = await _prepare(rt, request, is_chat)
         items = generate(rt, tokens, sampling)
-        placed = await _or_gone(request, anext(items))
-        assert isinstance(placed, Placed)
+        first = await _or_gone(request, anext(items))
+        assert isinstance(first, Placed)
         if req.stream:
             return StreamingResponse(
-                _sse(rt, req, is_chat, placed, items, started=started),
+                _sse(rt, req, is_chat, first, items, started=started),
                 media_type="text/event-stream",
             )
-        text, finish, completion_tokens, ttft_s = await _or_gone(request, _collect(items, started))
+        placed, text, finish, completion_tokens, ttft_s = await _or_gone(
+            request, _collect(items, first, started)
+        )
     except ClientGone:
         rt.metrics.ended("cancelled", CLIENT_GONE_STATUS)
         return Response(status_code=CLIENT_GONE_STATUS)
@@ -177,9 +180,7 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
         rt.metrics.ended("failed", 500)
         raise
     rt.metrics.ended("completed", 200)
-    rt.metrics.observe(
-        placed.decision.path.value, ttft_s, time.monotonic() - started, completion_tokens
-    )
+    _observe(rt, placed, ttft_s, time.monotonic() - started, completion_tokens)
     body = envelope(
         is_chat,
         _response_id(is_chat, placed.request_id),
@@ -193,19 +194,22 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
 
 
 async def _collect(
-    items: AsyncGenerator[Placed | p.DecodeChunk], started: float
-) -> tuple[str, str | None, int, float]:
-    """(text, finish reason, completion tokens, TTFT) of a request's decode chunks."""
+    items: AsyncGenerator[Placed | p.DecodeChunk], placed: Placed, started: float
+) -> tuple[Placed, str, str | None, int, float]:
+    """(placement, text, finish reason, completion tokens, TTFT) of a request's decode
+    chunks; a request retried before its first token is placed again (a new `Placed`)."""
     text, finish, completion_tokens, ttft_s = "", None, 0, 0.0
     async for chunk in items:
-        assert isinstance(chunk, p.DecodeChunk)
+        if isinstance(chunk, Placed):
+            placed = chunk
+            continue
         if not ttft_s:
             ttft_s = time.monotonic() - started
         text += chunk.text
         if chunk.finish_reason is not None:
             finish, completion_tokens = chunk.finish_reason, chunk.num_completion_tokens
             text = chunk.full_text if chunk.full_text is not None else text
-    return text, finish, completion_tokens, ttft_s
+    return placed, text, finish, completion_tokens, ttft_s
 
 
 async def _sse(
@@ -223,7 +227,9 @@ async def _sse(
     response_id = _response_id(is_chat, placed.request_id)
     try:
         async for chunk in items:
-            assert isinstance(chunk, p.DecodeChunk)
+            if isinstance(chunk, Placed):  # retried before its first token: placed again
+                placed = chunk
+                continue
             if not ttft_s:
                 ttft_s = time.monotonic() - started
             completion_tokens = chunk.num_completion_tokens or completion_tokens
@@ -249,9 +255,7 @@ async def _sse(
     finally:
         await items.aclose()  # a cancelled stream: close the decode call now, not at GC
     rt.metrics.ended("completed", 200)
-    rt.metrics.observe(
-        placed.decision.path.value, ttft_s, time.monotonic() - started, completion_tokens
-    )
+    _observe(rt, placed, ttft_s, time.monotonic() - started, completion_tokens)
     if req.include_usage:
         yield _event(
             envelope(
@@ -265,6 +269,21 @@ async def _sse(
             )
         )
     yield b"data: [DONE]\n\n"
+
+
+def _observe(
+    rt: RouterRuntime, placed: Placed, ttft_s: float, e2e_s: float, completion_tokens: int
+) -> None:
+    d = placed.decision
+    rt.metrics.observe(
+        d.path.value,
+        ttft_s,
+        e2e_s,
+        completion_tokens,
+        request_id=placed.request_id,
+        reason=d.reason.value,
+        prompt_tokens=placed.num_prompt_tokens,
+    )
 
 
 def _event(body: dict[str, Any]) -> bytes:
@@ -440,6 +459,7 @@ def build_app(deployment: Deployment) -> FastAPI:
         return _admin_state(runtime())
 
     _admin_routes(app, runtime)
+    register_dashboard(app, runtime)
     return app
 
 

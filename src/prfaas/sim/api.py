@@ -39,7 +39,7 @@ def _arrivals(body: ScenarioFile, base_dir: Path, seed: int) -> list[SimRequest]
     arrivals = body.arrivals or ArrivalsFile()
     workload = body.workload
     if workload.trace is not None:
-        trace = read_mooncake_trace(base_dir / workload.trace.path)
+        trace = read_mooncake_trace(base_dir / workload.trace.path, workload.trace.block_tokens)
         if arrivals.process != "trace":
             raise SpecError("arrivals: a trace workload replays its timestamps (process: trace)")
         return trace_arrivals(trace, arrivals.time_scale, arrivals.num_requests)

@@ -97,12 +97,25 @@ def saturation(rows: Sequence[SweepRow]) -> dict[str, tuple[float, float]]:
     return best
 
 
+#: A policy saturated when, at some load tried, it completed this much less than was offered.
+SATURATION_SHORTFALL = 0.1
+
+
+def saturated(rows: Sequence[SweepRow], policy: str) -> bool:
+    """Whether `policy` fell behind the offered rate at some load of the sweep; when it never
+    did, its largest completion rate is only the highest load tried, not its saturation."""
+    return any(
+        r.policy == policy and r.throughput_per_s < (1 - SATURATION_SHORTFALL) * r.offered_per_s
+        for r in rows
+    )
+
+
 def sweep_json(rows: Sequence[SweepRow]) -> dict[str, Any]:
     return {
         "schema": "prfaas.simulation-sweep/1",
         "rows": [r.to_json() for r in rows],
         "saturation": {
-            p: {"throughput_per_s": rate, "time_scale": scale}
+            p: {"throughput_per_s": rate, "time_scale": scale, "saturated": saturated(rows, p)}
             for p, (rate, scale) in saturation(rows).items()
         },
     }

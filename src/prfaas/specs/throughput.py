@@ -24,7 +24,7 @@ class KvThroughputRow:
     chip: str
     gpus_per_instance: int
     length: int
-    kv_bytes: float
+    kv_bytes: int  # whole bytes (the profile interpolates a float)
     prefill_s: float
     phi_gbps: float
     paper_phi_gbps: float | None
@@ -53,7 +53,7 @@ def kv_throughput_rows(
                     chip=chip.name,
                     gpus_per_instance=gpus_per_instance,
                     length=length,
-                    kv_bytes=profile.cache_bytes(length),
+                    kv_bytes=round(profile.cache_bytes(length)),
                     prefill_s=profile.prefill_s(length),
                     phi_gbps=kv_throughput_gbps(profile, length),
                     paper_phi_gbps=None if paper is None else paper[0],
