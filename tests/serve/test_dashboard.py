@@ -114,8 +114,8 @@ def _send(url: str, i: int) -> None:
     assert response.status_code == 200, response.text
 
 
-def _admin(url: str) -> dict[str, Any]:
-    state: dict[str, Any] = httpx.get(url + "/admin/state", timeout=10).json()
+def _admin(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    state: dict[str, Any] = httpx.get(url + "/admin/state", headers=headers, timeout=10).json()
     return state
 
 
@@ -127,7 +127,9 @@ def _wait(predicate: Any, what: str, timeout_s: float = 600.0) -> None:
         time.sleep(0.2)
 
 
-def _load_flip_and_settle(url: str, screenshot: Path, tmp_path: Path) -> None:
+def _load_flip_and_settle(
+    url: str, headers: dict[str, str], screenshot: Path, tmp_path: Path
+) -> None:
     """A mixed load with a screenshot half way, then a role flip, then idle queues."""
     with ThreadPoolExecutor(max_workers=4) as pool:
         sent = [pool.submit(_send, url, i) for i in range(NUM_REQUESTS)]
@@ -135,14 +137,19 @@ def _load_flip_and_settle(url: str, screenshot: Path, tmp_path: Path) -> None:
         run_chromium(url + "/dashboard", f"--screenshot={screenshot}", tmp_path=tmp_path)
         for future in sent:
             future.result()
-    flip = httpx.post(url + "/admin/instances/pdd-1/role", json={"role": "pd-prefill"}, timeout=10)
+    flip = httpx.post(
+        url + "/admin/instances/pdd-1/role",
+        json={"role": "pd-prefill"},
+        headers=headers,
+        timeout=10,
+    )
     assert flip.status_code == 202, flip.text
     _wait(
-        lambda: all(f["status"] != "draining" for f in _admin(url)["rebalance"]["flips"]),
+        lambda: all(f["status"] != "draining" for f in _admin(url, headers)["rebalance"]["flips"]),
         "the flip",
     )
     _wait(
-        lambda: all(i["running"] == i["waiting"] == 0 for i in _admin(url)["instances"]),
+        lambda: all(i["running"] == i["waiting"] == 0 for i in _admin(url, headers)["instances"]),
         "idle queues",
     )
     time.sleep(1.0)  # one more history sample at rest
@@ -167,7 +174,7 @@ def test_dashboard_under_load_shows_the_routers_own_figures(
     watcher.start()
     screenshot = tmp_path / "dashboard.png"
     try:
-        _load_flip_and_settle(url, screenshot, tmp_path)
+        _load_flip_and_settle(url, launcher.admin_headers, screenshot, tmp_path)
     finally:
         stop.set()
         watcher.join()
@@ -177,7 +184,7 @@ def test_dashboard_under_load_shows_the_routers_own_figures(
 
     dom = run_chromium(url + "/dashboard", "--dump-dom", tmp_path=tmp_path)
     assert 'data-state="ready"' in dom
-    state = _admin(url)
+    state = _admin(url, launcher.admin_headers)
     summary = httpx.get(url + "/dashboard/summary", timeout=10).json()
     _check_figures(figures(dom), state, summary)
 
