@@ -54,7 +54,7 @@ def test_pool_groups_come_from_the_model_and_match_its_cache_bytes(
     for codec in layout.groups:
         assert codec.unit_bytes == codec.group.unit_bytes  # checked byte for byte
     layers = sorted(s.layer_index for c in layout.groups for s in c.slots)
-    assert layers == list(range(len(layout.layer_kinds)))
+    assert layers == list(range(layout.num_layers))
 
 
 def test_qwen3_next_units_are_the_hand_computed_sizes() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from prfaas.engine.cache_io import install_attention, install_state, new_cache
+from prfaas.engine.cache_io import install_attention, install_state
 from prfaas.engine.cache_layout import LayerKind
 from prfaas.engine.errors import CacheImportError
 from prfaas.engine.export import ExportCallback, ExportedPrefill, LayerExportHooks, record_tensors
@@ -109,22 +109,24 @@ def import_export(paged: PagedCache, allocation: Allocation, exported: ExportedP
     layout = paged.layout
     n = len(exported.prompt_tokens)
     have = allocation.match.attention_blocks * paged.block_tokens
-    by_layer = {r.layer_index: r for r in exported.records}
-    cache = new_cache(paged.model_config)
+    by_slice = {(r.layer_index, r.group_index): r for r in exported.records}
+    cache = layout.new_cache()
     if have:
         paged.restore_attention(cache, allocation, allocation.match.attention_blocks)
     for codec in layout.groups:
         tensors = []
         for slot in codec.slots:
-            record = by_layer.get(slot.layer_index)
+            record = by_slice.get((slot.layer_index, codec.group.index))
             if record is None or record.token_end != n:
-                raise CacheImportError(f"no export of layer {slot.layer_index} up to {n} tokens")
-            first, second = record_tensors(record, codec)
-            if codec.kind is LayerKind.FULL:
-                first, second = _join(
-                    cache, slot.layer_index, (first, second), record.token_start, have
+                raise CacheImportError(
+                    f"no export of layer {slot.layer_index} ({codec.group.name}) up to {n} tokens"
                 )
-            tensors.append((first, second))
+            parts = record_tensors(record, codec)
+            if codec.kind is LayerKind.FULL:
+                parts = _join(
+                    cache, slot.layer_index, (parts[0], parts[1]), record.token_start, have
+                )
+            tensors.append(parts)
         if codec.kind is LayerKind.FULL:
             install_attention(cache, codec, tensors)
         else:
