@@ -77,11 +77,18 @@ def demo(
     keep_serving: Annotated[
         bool, typer.Option("--serve", help="Keep the deployment up after the demo.")
     ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Serve this model instead (e.g. smollm2-135m: real weights)."),
+    ] = None,
 ) -> None:
     """Bring up the deployment, send short and long prompts, print where each went and why."""
     from prfaas.serve.demo import run_demo
 
     try:
-        run_demo(load_deployment(deployment), keep_serving=keep_serving)
+        loaded = load_deployment(deployment)
+        if model is not None:
+            loaded = loaded.model_copy(update={"model": model})
+        run_demo(loaded, keep_serving=keep_serving)
     except ServeError as err:
         raise _fail(str(err)) from None

@@ -155,6 +155,9 @@ class CacheLayout:
     groups: tuple[GroupCodec, ...]
     num_layers: int
     make_cache: Callable[[], Any]
+    #: Whether a multi-token forward continues from a cached state (chunked prefill, a suffix
+    #: after a prefix hit); when not, the engine continues one token at a time.
+    resumes_chunks: bool = True
 
     def new_cache(self) -> Any:
         return self.make_cache()
@@ -322,7 +325,28 @@ def derive_cache_layout(model: Any, name: str, block_tokens: int) -> CacheLayout
                 f"{name}: group {codec.group.name} holds {codec.unit_bytes} B per unit in "
                 f"transformers' cache but the spec says {codec.group.unit_bytes} B"
             )
-    return CacheLayout(spec, block_tokens, groups, num_layers, make_cache)
+    resumes = _resumes_chunks(model, make_cache)
+    return CacheLayout(spec, block_tokens, groups, num_layers, make_cache, resumes)
+
+
+_PROBE_TOKENS = 8
+
+
+def _resumes_chunks(model: Any, make_cache: Callable[[], Any]) -> bool:
+    """Whether two forwards (5 tokens, then 3 from the cache) give the last logits of one
+    forward of all 8: transformers' torch fallbacks of some state layers (Mamba-1, MiniMax
+    lightning) ignore the cached state in a multi-token forward."""
+    ids = torch.arange(3, 3 + _PROBE_TOKENS, dtype=torch.long).unsqueeze(0)
+    split = 5
+    with torch.no_grad():
+        whole = model(input_ids=ids).logits[0, -1]
+        cache = make_cache()
+        model(input_ids=ids[:, :split], cache=cache, use_cache=True)
+        positions = torch.arange(split, _PROBE_TOKENS).unsqueeze(0)
+        resumed = model(
+            input_ids=ids[:, split:], position_ids=positions, cache=cache, use_cache=True
+        ).logits[0, -1]
+    return bool(torch.allclose(resumed, whole, rtol=1e-3, atol=1e-3 * float(whole.abs().max())))
 
 
 def _match(spec: ModelSpec, buckets: list[list[_Component]], name: str) -> list[list[_Component]]:

@@ -9,6 +9,12 @@ pool's policy chose, because a state can only be copied where the prefill stands
 
 After each chunk the full blocks it completed go to the pool; after the last, the partial tail
 and the live states, then the pool commits (full blocks and snapshots become prefix cache).
+
+Some models' multi-token forward cannot start from a cached state (transformers' torch paths of
+Mamba-1 and MiniMax lightning attention treat every multi-token forward as a fresh prefill):
+`CacheLayout.resumes_chunks` is False for them. Their prefill runs from token 0 to the first
+snapshot boundary in one forward, and everything after a state (later chunks, the suffix after
+a prefix hit) one token at a time, which is exact (it is the decode path).
 """
 
 from __future__ import annotations
@@ -76,22 +82,29 @@ def run_prefill(
     n = len(prompt)
     position = hit
     logits = torch.empty(0)
-    for end in chunk_ends(hit, n, chunk_tokens, boundaries):
-        hooks = None
-        if end == n and on_layer is not None:
-            hooks = LayerExportHooks(
-                model,
-                paged.layout,
-                cache,
-                token_start=export_from_token,
-                num_tokens=n,
-                callback=on_layer,
-            )
-        try:
-            logits = forward(model, prompt[position:end], position, cache)
-        finally:
-            if hooks is not None:
-                hooks.remove()
+    resumes = paged.layout.resumes_chunks
+    for end in chunk_ends(hit, n, chunk_tokens if resumes else n, boundaries):
+        # A model whose multi-token forward cannot start from a cached state (see
+        # `CacheLayout.resumes_chunks`) continues one token at a time, as decode does.
+        pieces = [(position, end)]
+        if position > 0 and not resumes:
+            pieces = [(p, p + 1) for p in range(position, end)]
+        for start, stop in pieces:
+            hooks = None
+            if stop == n and on_layer is not None:
+                hooks = LayerExportHooks(
+                    model,
+                    paged.layout,
+                    cache,
+                    token_start=export_from_token,
+                    num_tokens=n,
+                    callback=on_layer,
+                )
+            try:
+                logits = forward(model, prompt[start:stop], start, cache)
+            finally:
+                if hooks is not None:
+                    hooks.remove()
         written_end = end if end == n else end // block * block
         paged.write_attention(cache, allocation, position // block * block, written_end)
         snapshot = paged.snapshot_blocks(allocation, end // block) if end % block == 0 else None
