@@ -12,13 +12,24 @@ tests/transfer/test_engine_kv_round_trip.py.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
+from pathlib import Path
 
 import pytest
 from engine_helpers import hf_greedy, preset
+from transformers import AutoConfig
+from typer.testing import CliRunner
 
+from prfaas.cli.app import app
 from prfaas.engine import Engine, EngineConfig, ExportedPrefill, LoadedModel, SamplingParams
+from prfaas.engine.cache_layout import derive_cache_layout
+from prfaas.engine.errors import ModelLoadError
+from prfaas.engine.models import load_model
 from prfaas.engine.tokenizer import BOS_ID
+from prfaas.specs.hf_config import load_hf_config
+from prfaas.specs.model import LinearAttention, MixerGroup
 
 FAMILY_PRESETS = [
     "tiny-bamba",
@@ -90,3 +101,42 @@ def test_a_batch_of_four(name: str) -> None:
     completions = Engine(preset(name), CONFIG).generate(prompts, GREEDY)
     for prompt, completion in zip(prompts, completions, strict=True):
         assert completion.token_ids == _reference(name, prompt)
+
+
+@pytest.mark.parametrize("name", FAMILY_PRESETS)
+def test_the_config_alone_gives_the_pool_groups_and_kv_throughput(
+    name: str, tmp_path: Path
+) -> None:
+    """`config.json` (what `kv-throughput --model DIR` reads) gives the groups the engine
+    derives from the running model, up to the dtype the model runs in (fp32 here)."""
+    model = preset(name)
+    model.model.config.save_pretrained(tmp_path)
+    from_config = load_hf_config(tmp_path)
+    layout = derive_cache_layout(model.model, name, 16)
+    as_fp32 = [_fp32(group) for group in from_config.mixers]
+    assert as_fp32 == list(layout.spec.mixers)
+    assert from_config.num_layers == layout.num_layers
+    args = ["kv-throughput", "--model", str(tmp_path), "--lengths", "32768", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["kv_bytes"] == from_config.cache_bytes(32768) > 0
+
+
+def _fp32(group: MixerGroup) -> MixerGroup:
+    if isinstance(group, LinearAttention):
+        conv = 4 if group.conv_kernel else group.conv_dtype_bytes  # no conv: no conv dtype
+        return dataclasses.replace(group, state_dtype_bytes=4, conv_dtype_bytes=conv)
+    return dataclasses.replace(group, kv_dtype_bytes=4)
+
+
+def test_a_family_without_a_cache_layout_is_refused_from_its_config(tmp_path: Path) -> None:
+    """RWKV keeps a state the specs have no reader for: refused with the reason. The directory
+    holds config.json and no weights, so a refusal after loading weights could not happen."""
+    AutoConfig.for_model(
+        "rwkv", vocab_size=259, hidden_size=64, num_hidden_layers=2
+    ).save_pretrained(tmp_path)
+    with pytest.raises(
+        ModelLoadError, match=r"cannot serve this model: unsupported model_type 'rwkv'"
+    ):
+        load_model(str(tmp_path))
