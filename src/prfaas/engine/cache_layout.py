@@ -304,7 +304,7 @@ def derive_cache_layout(model: Any, name: str, block_tokens: int) -> CacheLayout
     probe = make_cache()
     with torch.no_grad():
         model(torch.zeros((1, 1), dtype=torch.long), cache=probe, use_cache=True)
-    num_layers = int(model.config.get_text_config(decoder=True).num_hidden_layers)
+    num_layers = len(decoder_layers(model))
     buckets: dict[tuple[Any, ...], list[_Component]] = defaultdict(list)
     for index in range(num_layers):
         for component in _components(probe, index, block_tokens):

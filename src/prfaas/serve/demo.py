@@ -22,6 +22,10 @@ from prfaas.specs.presets import PRESETS, random_weights_notice
 
 DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 4
 DOC_B = "Commodity Ethernet carries the KVCache of hybrid models between datacenters. " * 4
+#: Start-up bound: a real checkpoint (SmolLM2's GGUF, dequantised per instance) takes far
+#: longer to load than a preset on a loaded 2-core host.
+HEALTHY_TIMEOUT_S = 300
+
 PROMPTS = (
     ("short", "What is PrfaaS?"),
     ("long", DOC_A),
@@ -114,7 +118,7 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> None:
     started = time.monotonic()
     launcher.start()
     try:
-        launcher.wait_healthy(timeout_s=100)
+        launcher.wait_healthy(timeout_s=HEALTHY_TIMEOUT_S)
         print(f"deployment up in {time.monotonic() - started:.1f} s at {launcher.url}/v1")
         if deployment.model in PRESETS:
             print(random_weights_notice(deployment.model))

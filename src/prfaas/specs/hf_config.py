@@ -201,6 +201,25 @@ def _dense_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
     return DenseMlp(count, cfg.int("intermediate_size"))
 
 
+def _dense_or_moe(
+    experts_key: str, per_token_key: str, expert_size_key: str
+) -> Callable[[_Config, str, int], MlpGroup]:
+    """An MLP reader for families whose MoE fields differ only by name."""
+
+    def mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+        if kind == "dense":
+            return _dense_mlp(cfg, kind, count)
+        return _moe(cfg, count, experts_key, per_token_key, expert_size_key)
+
+    return mlp
+
+
+_qwen_mlp = _dense_or_moe("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+_mimo_mlp = _dense_or_moe("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
+_nemotron_h_mlp = _mimo_mlp
+_jamba_mlp = _dense_or_moe("num_experts", "num_experts_per_tok", "intermediate_size")
+
+
 def _qwen_hybrid_plan(cfg: _Config) -> _LayerPlan:
     interval = cfg.int("full_attention_interval", 4)
     mixers = _normalise_layer_types(
@@ -211,12 +230,6 @@ def _qwen_hybrid_plan(cfg: _Config) -> _LayerPlan:
 
 def _qwen_hybrid_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     return _gqa(cfg, count, gated=True) if kind == "full" else _gated_deltanet(cfg, count)
-
-
-def _qwen_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
-    if kind == "dense":
-        return _dense_mlp(cfg, kind, count)
-    return _moe(cfg, count, "num_experts", "num_experts_per_tok", "moe_intermediate_size")
 
 
 def _kimi_linear_plan(cfg: _Config) -> _LayerPlan:
@@ -310,12 +323,6 @@ def _mimo_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
         head_dim=cfg.int("swa_head_dim", cfg.int("head_dim")),
         v_head_dim=cfg.int("swa_v_head_dim", cfg.int("v_head_dim", cfg.int("head_dim"))),
     )
-
-
-def _mimo_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
-    if kind == "dense":
-        return _dense_mlp(cfg, kind, count)
-    return _moe(cfg, count, "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
 
 
 def _bailing_plan(cfg: _Config) -> _LayerPlan:
@@ -544,12 +551,6 @@ def _nemotron_h_plan(cfg: _Config) -> _LayerPlan:
     return _LayerPlan(mixers, mlps, len(types))
 
 
-def _nemotron_h_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
-    if kind == "dense":
-        return _dense_mlp(cfg, kind, count)
-    return _moe(cfg, count, "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
-
-
 def _attention_or_mamba_plan(cfg: _Config) -> _LayerPlan:
     """Jamba / Bamba / GraniteMoeHybrid: each layer attention or Mamba, then an MLP."""
     n = cfg.int("num_hidden_layers")
@@ -575,12 +576,6 @@ def _attention_or_mamba_plan(cfg: _Config) -> _LayerPlan:
 
 def _jamba_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     return _gqa(cfg, count) if kind == "full" else _mamba1(cfg, count)
-
-
-def _jamba_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
-    if kind == "dense":
-        return _dense_mlp(cfg, kind, count)
-    return _moe(cfg, count, "num_experts", "num_experts_per_tok", "intermediate_size")
 
 
 def _granite_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
