@@ -262,12 +262,14 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset(
             "tiny-minimax",
             "minimax",
-            "MiniMax-Text-01 style: lightning attention and softmax attention, 4 layers, 2 experts",
+            "MiniMax-Text-01 style: softmax and lightning attention, 4 layers, 2 experts",
             (
                 ("num_hidden_layers", 4),
+                # Softmax first, as transformers' default: its mask sizes come from layer 0,
+                # which for a lightning layer 0 would break batched decode of unequal lengths.
                 (
                     "layer_types",
-                    ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+                    ["full_attention", "linear_attention", "full_attention", "linear_attention"],
                 ),
                 ("num_local_experts", 2),
                 ("num_experts_per_tok", 1),
