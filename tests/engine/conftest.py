@@ -1,4 +1,4 @@
-"""Fixtures of the engine tests: every preset, and the hybrid ones (shared helpers live in
+"""Fixtures of the engine tests: the core presets, and the hybrid ones (shared helpers live in
 engine_helpers.py)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from engine_helpers import HYBRID_NAMES, PRESET_NAMES, preset
+from engine_helpers import CORE_NAMES, HYBRID_NAMES, preset
 
 from prfaas.engine import LoadedModel
 
 
-@pytest.fixture(params=PRESET_NAMES)
+@pytest.fixture(params=CORE_NAMES)
 def model(request: pytest.FixtureRequest) -> LoadedModel:
     return preset(request.param)
 

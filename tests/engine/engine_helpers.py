@@ -11,6 +11,9 @@ from prfaas.engine import PRESETS, EngineConfig, LoadedModel, build_preset
 #: Small blocks and chunks so short prompts cross several blocks, chunks and snapshots.
 SMALL = EngineConfig(block_tokens=8, chunk_tokens=16, capacity_bytes=8 * 1024 * 1024)
 PRESET_NAMES = sorted(PRESETS)
+#: The presets the general engine tests run on (one per pool-group kind: dense GQA, GDN, MLA +
+#: KDA, SWA); every further family runs through test_families.py.
+CORE_NAMES = ["tiny-kimi-linear", "tiny-llama", "tiny-qwen3-next", "tiny-swa"]
 HYBRID_NAMES = ["tiny-kimi-linear", "tiny-qwen3-next", "tiny-swa"]
 
 _BUILT: dict[str, LoadedModel] = {}

@@ -61,7 +61,8 @@ def test_records_arrive_layer_by_layer_with_transfer_metadata() -> None:
     assert exported is not None
     assert [r.layer_index for r in exported.records] == [0, 1, 2, 3]
     n = len(prompt)
-    by_kind = {engine.paged.layout.layer_kinds[r.layer_index]: r for r in exported.records}
+    groups = engine.paged.layout.groups
+    by_kind = {groups[r.group_index].kind: r for r in exported.records}
     gqa: ExportRecord = by_kind[LayerKind.FULL]
     assert (gqa.token_start, gqa.token_end, gqa.dtype) == (16, n, "float32")
     assert gqa.shape == (n - 16, 2 * 16 + 2 * 16)  # per token: 2 KV heads x 16, keys, values

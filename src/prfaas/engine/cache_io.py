@@ -2,8 +2,10 @@
 
 Rows are units as flat bytes (`GroupCodec` says where each layer's parts sit); the pool's
 `TorchPageStorage` gathers and scatters them. Writing goes cache -> rows, restoring goes
-rows -> tensors -> a fresh `DynamicCache` that the model resumes from. Everything here works on
-batch size 1 (one request); `batching` stacks requests for a decode step.
+rows -> tensors -> a fresh cache object that the model resumes from. Every part is read and
+installed through `read_part` / `install_state`, whatever layer class holds it (`Source`).
+Everything here works on batch size 1 (one request) unless a `row` is named; `batching`
+stacks requests for a decode step.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+import torch.nn.functional as F
 
 from prfaas.engine import config as _config  # noqa: F401  (offline environment first)
-from prfaas.engine.cache_layout import GroupCodec, LayerKind, Part
+from prfaas.engine.cache_layout import GroupCodec, LayerKind, LayerSlot, Part, Source, cache_layer
 
-#: Per layer of a group: its parts' tensors, batch dimension first (keys/values or conv/state).
-LayerTensors = tuple[torch.Tensor, torch.Tensor]
+#: Per layer of a group: its parts' tensors in unit form, batch dimension first.
+LayerTensors = tuple[torch.Tensor, ...]
 
 
 def _to_bytes(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
@@ -27,6 +29,28 @@ def _to_bytes(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
 def _from_bytes(rows: torch.Tensor, part: Part) -> torch.Tensor:
     raw = rows[:, part.offset_bytes : part.offset_bytes + part.nbytes].contiguous()
     return raw.view(part.dtype).reshape(rows.shape[0], *part.shape)
+
+
+def read_part(cache: Any, layer_index: int, part: Part) -> torch.Tensor:
+    """A state part as the unit holds it (batch first): the conv without its oldest column,
+    a recurrent or lightning state as is. Attention parts: the layer's keys or values."""
+    if part.source is Source.LIGHTNING:
+        state: torch.Tensor = cache.linear_cache[layer_index]
+        return state
+    layer = cache.layers[layer_index]
+    if part.source is Source.CONV:
+        conv: torch.Tensor = layer.conv_states[part.state_index]
+        return conv[..., 1:]
+    if part.source is Source.RECURRENT:
+        recurrent: torch.Tensor = layer.recurrent_states[part.state_index]
+        return recurrent
+    tensor: torch.Tensor = layer.keys if part.source is Source.KEYS else layer.values
+    return tensor
+
+
+def read_states(cache: Any, slot: LayerSlot) -> LayerTensors:
+    """A linear layer's parts in unit form (batch first)."""
+    return tuple(read_part(cache, slot.layer_index, part) for part in slot.parts)
 
 
 def attention_rows(
@@ -48,7 +72,7 @@ def attention_rows(
         for tensor in (layer.keys, layer.values):
             span = tensor[row, :, token_start:token_end, :]
             if span.shape[1] < padded:
-                span = torch.nn.functional.pad(span, (0, 0, 0, padded - span.shape[1]))
+                span = F.pad(span, (0, 0, 0, padded - span.shape[1]))
             heads, _, dim = span.shape
             blocks = span.reshape(heads, num_blocks, block_tokens, dim).permute(1, 0, 2, 3)
             pieces.append(_to_bytes(blocks, num_blocks))
@@ -67,48 +91,45 @@ def attention_from_rows(
             heads, dim = part.shape[0], part.shape[2]
             seq = blocks.permute(1, 0, 2, 3).reshape(heads, -1, dim)[:, :num_tokens]
             pair.append(seq.unsqueeze(0).contiguous())
-        out.append((pair[0], pair[1]))
+        out.append(tuple(pair))
     return out
+
+
+def sliding_window(tensor: torch.Tensor, window_tokens: int) -> torch.Tensor:
+    """The last W - 1 tokens (axis -2) of a sliding layer's keys or values (what transformers
+    keeps)."""
+    return tensor[..., -(window_tokens - 1) :, :]
 
 
 def state_row(cache: Any, codec: GroupCodec) -> torch.Tensor:
     """The group's live state (all its layers) as one row."""
     pieces = []
     for slot in codec.slots:
-        layer = cache.layers[slot.layer_index]
-        if codec.kind is LayerKind.LINEAR:
-            conv = layer.conv_states[0][:, :, 1:]
-            pieces += [_to_bytes(conv, 1), _to_bytes(layer.recurrent_states[0], 1)]
-            continue
-        for tensor, part in zip((layer.keys, layer.values), slot.parts, strict=True):
-            window = tensor[:, :, -(codec.window_tokens - 1) :, :]
-            pad = part.shape[1] - window.shape[2]
-            pieces.append(_to_bytes(torch.nn.functional.pad(window, (0, 0, 0, pad)), 1))
+        for part in slot.parts:
+            tensor = read_part(cache, slot.layer_index, part)
+            if codec.kind is LayerKind.SLIDING:
+                window = sliding_window(tensor, codec.window_tokens)
+                tensor = F.pad(window, (0, 0, 0, part.shape[1] - window.shape[2]))
+            pieces.append(_to_bytes(tensor, 1))
     return torch.cat(pieces, dim=1)
 
 
 def state_from_row(row: torch.Tensor, codec: GroupCodec, num_tokens: int) -> list[LayerTensors]:
-    """Per layer, (conv, recurrent) with the conv padded back to `kernel` columns, or the
-    sliding window's (keys, values) of the last min(num_tokens, W - 1) tokens."""
+    """Per layer, its state parts in unit form, or the sliding window's (keys, values) of the
+    last min(num_tokens, W - 1) tokens."""
     out: list[LayerTensors] = []
     kept = min(num_tokens, codec.window_tokens - 1)
     for slot in codec.slots:
-        first, second = (_from_bytes(row, part) for part in slot.parts)
-        if codec.kind is LayerKind.LINEAR:
-            first = torch.nn.functional.pad(first, (1, 0))
-        else:
-            first, second = first[:, :, :kept].contiguous(), second[:, :, :kept].contiguous()
-        out.append((first, second))
+        parts = tuple(_from_bytes(row, part) for part in slot.parts)
+        if codec.kind is LayerKind.SLIDING:
+            parts = tuple(p[:, :, :kept].contiguous() for p in parts)
+        out.append(parts)
     return out
-
-
-def new_cache(model_config: Any) -> Any:
-    return DynamicCache(config=model_config)
 
 
 def install_attention(cache: Any, codec: GroupCodec, tensors: list[LayerTensors]) -> None:
     for slot, (keys, values) in zip(codec.slots, tensors, strict=True):
-        layer = cache.layers[slot.layer_index]
+        layer = cache_layer(cache, slot.layer_index)
         layer.lazy_initialization(keys, values)
         layer.keys, layer.values = keys, values
 
@@ -116,17 +137,32 @@ def install_attention(cache: Any, codec: GroupCodec, tensors: list[LayerTensors]
 def install_state(
     cache: Any, codec: GroupCodec, tensors: list[LayerTensors], num_tokens: int
 ) -> None:
-    """Put a restored state into the cache as if the model had just run `num_tokens` tokens."""
-    for slot, (first, second) in zip(codec.slots, tensors, strict=True):
-        layer = cache.layers[slot.layer_index]
-        if codec.kind is LayerKind.LINEAR:
-            layer.lazy_initialization(
-                conv_states=first, recurrent_states=second, conv_kernel_size=codec.conv_kernel
-            )
-            layer.conv_states[0].copy_(first)
-            layer.recurrent_states[0].copy_(second)
-            layer.has_previous_state[0] = True
-        else:
-            layer.lazy_initialization(first, second)
-            layer.keys, layer.values = first, second
+    """Put a state (unit form) into the cache as if the model had just run `num_tokens`
+    tokens: sliding windows as keys and values, linear parts into their state slots."""
+    for slot, parts in zip(codec.slots, tensors, strict=True):
+        if codec.kind is LayerKind.SLIDING:
+            layer = cache_layer(cache, slot.layer_index)
+            layer.lazy_initialization(parts[0], parts[1])
+            layer.keys, layer.values = parts[0], parts[1]
             layer.cumulative_length = num_tokens
+            continue
+        for part, tensor in zip(slot.parts, parts, strict=True):
+            _install_part(cache, slot.layer_index, part, tensor)
+
+
+def _install_part(cache: Any, layer_index: int, part: Part, tensor: torch.Tensor) -> None:
+    if part.source is Source.LIGHTNING:
+        cache.set_linear_cache(layer_index, tensor.clone())
+        return
+    layer = cache_layer(cache, layer_index)
+    index = part.state_index
+    if part.source is Source.CONV:
+        full = F.pad(tensor, (1, 0))  # the never-read oldest column
+        layer.lazy_initialization(
+            conv_states=full, state_idx=index, conv_kernel_size=full.shape[-1]
+        )
+        layer.conv_states[index].copy_(full)
+    else:
+        layer.lazy_initialization(recurrent_states=tensor, state_idx=index)
+        layer.recurrent_states[index].copy_(tensor)
+    layer.has_previous_state[index] = True

@@ -395,14 +395,14 @@ class Engine:
             self._dissolve(self._batch, self._running)
         caches = [r.cache for r in self._running]
         lengths = [r.length for r in self._running]
-        self._batch = DecodeBatch.stack(caches, lengths, self.paged.layout, self.model.hf_config)
+        self._batch = DecodeBatch.stack(caches, lengths, self.paged.layout)
         self._batch_ids = ids
         return self._batch
 
     def _dissolve(self, batch: DecodeBatch, keep: Sequence[_Running]) -> None:
         """Give every member still running its own cache back; the batch is rebuilt later."""
         wanted = {r.pending.request_id for r in keep}
-        for running, cache in zip(self._members(), batch.split(self.model.hf_config), strict=True):
+        for running, cache in zip(self._members(), batch.split(), strict=True):
             if running.pending.request_id in wanted:
                 running.cache = cache
         self._batch = None

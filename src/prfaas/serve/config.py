@@ -187,7 +187,7 @@ class SupervisorSpec(_Strict):
     window_s: float = Field(default=600.0, gt=0)
     backoff_base_s: float = Field(default=1.0, gt=0)
     backoff_cap_s: float = Field(default=30.0, gt=0)
-    start_timeout_s: float = Field(default=90.0, gt=0)  # every instance healthy at start
+    start_timeout_s: float = Field(default=300.0, gt=0)  # every instance healthy at start
 
 
 class InstanceSpec(_Strict):

@@ -4,7 +4,8 @@ Brings the deployment up (`Launcher`), sends short prompts, long prompts, and lo
 share a prefix with an earlier one, through the OpenAI API, then prints per request its path
 (PrfaaS or PD-P), the scheduler's reason, the prefix hit, the bytes of a cached prefix moved
 across clusters first (torch backend), the KV bytes that crossed from prefill to decode, and
-TTFT; then a summary per path and a clean shutdown. `--serve` keeps it up.
+TTFT; then a summary per path and a clean shutdown. `--serve` keeps it up. A preset model
+(random weights) gets a one-line notice; `--model smollm2-135m` serves the real checkpoint.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from prfaas.serve.config import Deployment
 from prfaas.serve.launcher import Launcher
 from prfaas.serve.startup import wait_with_progress
 from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
+from prfaas.specs.presets import PRESETS, random_weights_notice
 
 DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 4
 DOC_B = "Commodity Ethernet carries the KVCache of hybrid models between datacenters. " * 4
+
 PROMPTS = (
     ("short", "What is PrfaaS?"),
     ("long", DOC_A),
@@ -117,6 +120,8 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> int:
     try:
         wait_with_progress(launcher, deployment.supervisor.start_timeout_s)
         print(f"deployment up in {time.monotonic() - started:.1f} s at {launcher.url}/v1")
+        if deployment.model in PRESETS:
+            print(random_weights_notice(deployment.model))
         rows = _run_requests(launcher)
         _print(rows, deployment.threshold_tokens)
         if keep_serving:

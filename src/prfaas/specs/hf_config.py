@@ -62,10 +62,13 @@ class _Config:
 
 @dataclass(frozen=True, slots=True)
 class _LayerPlan:
-    """Per-layer kinds: mixers are 'full', 'sliding' or 'linear'; MLPs 'dense' or 'moe'."""
+    """Kinds of the model's mixers ('full', 'sliding', 'linear', ...) and MLPs ('dense',
+    'moe'), one per layer; `num_blocks` is the layer count when layers do not pair one mixer
+    with one MLP (see `ModelSpec.num_blocks`)."""
 
     mixers: list[str]
     mlps: list[str]
+    num_blocks: int = 0
 
 
 def _weight_dtype_bytes(cfg: _Config) -> int:
@@ -198,6 +201,25 @@ def _dense_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
     return DenseMlp(count, cfg.int("intermediate_size"))
 
 
+def _dense_or_moe(
+    experts_key: str, per_token_key: str, expert_size_key: str
+) -> Callable[[_Config, str, int], MlpGroup]:
+    """An MLP reader for families whose MoE fields differ only by name."""
+
+    def mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+        if kind == "dense":
+            return _dense_mlp(cfg, kind, count)
+        return _moe(cfg, count, experts_key, per_token_key, expert_size_key)
+
+    return mlp
+
+
+_qwen_mlp = _dense_or_moe("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+_mimo_mlp = _dense_or_moe("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
+_nemotron_h_mlp = _mimo_mlp
+_jamba_mlp = _dense_or_moe("num_experts", "num_experts_per_tok", "intermediate_size")
+
+
 def _qwen_hybrid_plan(cfg: _Config) -> _LayerPlan:
     interval = cfg.int("full_attention_interval", 4)
     mixers = _normalise_layer_types(
@@ -208,12 +230,6 @@ def _qwen_hybrid_plan(cfg: _Config) -> _LayerPlan:
 
 def _qwen_hybrid_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     return _gqa(cfg, count, gated=True) if kind == "full" else _gated_deltanet(cfg, count)
-
-
-def _qwen_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
-    if kind == "dense":
-        return _dense_mlp(cfg, kind, count)
-    return _moe(cfg, count, "num_experts", "num_experts_per_tok", "moe_intermediate_size")
 
 
 def _kimi_linear_plan(cfg: _Config) -> _LayerPlan:
@@ -309,12 +325,6 @@ def _mimo_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     )
 
 
-def _mimo_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
-    if kind == "dense":
-        return _dense_mlp(cfg, kind, count)
-    return _moe(cfg, count, "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
-
-
 def _bailing_plan(cfg: _Config) -> _LayerPlan:
     group = cfg.int("layer_group_size", 6)
     mixers = _normalise_layer_types(
@@ -350,6 +360,333 @@ def _bailing_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
     return _moe(cfg, count, experts, per_token, "moe_intermediate_size")
 
 
+# --- SSM and hybrid-SSM families ----------------------------------------------------------
+
+
+def _mamba2(cfg: _Config, count: int) -> LinearAttention:
+    """Mamba2 state per layer: SSM (heads, head_dim, d_state) and a conv over x, B and C
+    (intermediate + 2 * groups * d_state channels), as LinearAttention with key dim = d_state
+    and key heads = groups. Field names differ per family: `names` maps ours to theirs."""
+    names = _MAMBA2_FIELDS[cfg.model_type]
+    hidden = cfg.int("hidden_size")
+    heads = cfg.int(names["heads"])
+    expand = cfg.int(names["expand"], 2)
+    intermediate = expand * hidden
+    if names["intermediate"]:
+        intermediate = cfg.int(names["intermediate"], intermediate)
+    head_dim_raw = cfg.get(names["head_dim"], "auto")
+    head_dim = intermediate // heads if head_dim_raw == "auto" else cfg.int(names["head_dim"])
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.MAMBA2,
+        num_heads=heads,
+        num_key_heads=cfg.int(names["groups"], 1),
+        key_head_dim=cfg.int(names["state"]),
+        value_head_dim=head_dim,
+        conv_kernel=cfg.int(names["conv"], 4),
+    )
+
+
+#: Mamba2 field names per family (transformers 5.24 configuration classes).
+_MAMBA2_FIELDS: dict[str, dict[str, str]] = {
+    **{
+        family: {
+            "heads": "mamba_n_heads",
+            "head_dim": "mamba_d_head",
+            "state": "mamba_d_state",
+            "groups": "mamba_n_groups",
+            "conv": "mamba_d_conv",
+            "expand": "mamba_expand",
+            "intermediate": "mamba_d_ssm" if family == "falcon_h1" else "",
+        }
+        for family in ("falcon_h1", "bamba", "granitemoehybrid")
+    },
+    "nemotron_h": {
+        "heads": "mamba_num_heads",
+        "head_dim": "mamba_head_dim",
+        "state": "ssm_state_size",
+        "groups": "n_groups",
+        "conv": "conv_kernel",
+        "expand": "expand",
+        "intermediate": "",
+    },
+    "mamba2": {
+        "heads": "num_heads",
+        "head_dim": "head_dim",
+        "state": "state_size",
+        "groups": "n_groups",
+        "conv": "conv_kernel",
+        "expand": "expand",
+        "intermediate": "",
+    },
+    "zamba2": {
+        "heads": "n_mamba_heads",
+        "head_dim": "mamba_headdim",
+        "state": "mamba_d_state",
+        "groups": "mamba_ngroups",
+        "conv": "mamba_d_conv",
+        "expand": "mamba_expand",
+        "intermediate": "",
+    },
+}
+
+
+def _mamba1(cfg: _Config, count: int) -> LinearAttention:
+    """Mamba-1 (Jamba, Zamba): per channel of intermediate = expand * hidden a d_state vector
+    and a conv window; Zamba splits the channels into `n_mamba_heads`."""
+    intermediate = cfg.int("mamba_expand", 2) * cfg.int("hidden_size")
+    heads = cfg.int("n_mamba_heads", 1)
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.MAMBA,
+        num_heads=heads,
+        num_key_heads=0,
+        key_head_dim=cfg.int("mamba_d_state", 16),
+        value_head_dim=intermediate // heads,
+        conv_kernel=cfg.int("mamba_d_conv", 4),
+    )
+
+
+def _attention_head_dim(cfg: _Config) -> int:
+    """Zamba's shared attention works on 2 x hidden: head dim 2 * hidden / heads by default."""
+    heads = cfg.int("num_attention_heads")
+    return cfg.int("attention_head_dim", 2 * cfg.int("hidden_size") // heads)
+
+
+def _zamba_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    if kind == "full":
+        heads = cfg.int("num_attention_heads")
+        return GqaAttention(
+            num_layers=count,
+            num_q_heads=heads,
+            num_kv_heads=cfg.int("num_key_value_heads", heads),
+            head_dim=_attention_head_dim(cfg),
+        )
+    return _mamba2(cfg, count) if cfg.model_type == "zamba2" else _mamba1(cfg, count)
+
+
+_LEGACY_LAYER_NAMES = {
+    "mamba": "linear_attention",
+    "m2": "linear_attention",
+    "attention": "full_attention",
+    "full_attention": "full_attention",
+    "linear_attention": "linear_attention",
+    "hybrid": "hybrid",
+    "mlp": "mlp",
+    "moe": "moe",
+    "conv": "conv",
+    "sliding_attention": "sliding_attention",
+}
+
+
+def _block_types(cfg: _Config, *keys: str) -> list[str] | None:
+    """A per-layer type list under one of `keys`, in transformers' current names."""
+    for key in keys:
+        names = cfg.get(key)
+        if names is not None:
+            try:
+                return [_LEGACY_LAYER_NAMES[str(name)] for name in names]
+            except KeyError as err:
+                raise UnsupportedConfigError(
+                    f"{cfg.model_type} config: unknown layer type {err}"
+                ) from None
+    return None
+
+
+def _zamba_plan(cfg: _Config) -> _LayerPlan:
+    """Every layer runs Mamba; a hybrid layer also runs the shared attention block (its own
+    KV per layer, weights shared) with its MLP."""
+    n = cfg.int("num_hidden_layers")
+    types = _block_types(cfg, "layers_block_type")
+    if types is None and cfg.model_type == "zamba":
+        period, offset = cfg.int("attn_layer_period", 6), cfg.int("attn_layer_offset", 4)
+        types = ["linear_attention"] * 2 + ["hybrid"]
+        types += ["hybrid" if i % period == offset else "linear_attention" for i in range(n - 3)]
+    if types is None:
+        raise UnsupportedConfigError(f"{cfg.model_type} config lacks layers_block_type")
+    hybrid = [t for t in types if t == "hybrid"]
+    return _LayerPlan(
+        ["linear"] * len(types) + ["full"] * len(hybrid), ["dense"] * len(hybrid), len(types)
+    )
+
+
+def _falcon_h1_plan(cfg: _Config) -> _LayerPlan:
+    """Attention and Mamba2 side by side in every layer, then the MLP."""
+    n = cfg.int("num_hidden_layers")
+    return _LayerPlan(["full"] * n + ["linear"] * n, ["dense"] * n, n)
+
+
+def _mamba2_attention_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    return _gqa(cfg, count) if kind == "full" else _mamba2(cfg, count)
+
+
+def _nemotron_h_plan(cfg: _Config) -> _LayerPlan:
+    """Each layer is one of Mamba2 (M), attention (*), MLP (-) or MoE (E)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str):
+        symbols = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+        try:
+            types = [symbols[c] for c in pattern]
+        except KeyError as err:
+            raise UnsupportedConfigError(f"nemotron_h pattern: unknown symbol {err}") from None
+    else:
+        types = _block_types(cfg, "layers_block_type", "layer_types") or [
+            "linear_attention",
+            "moe",
+            "full_attention",
+            "mlp",
+        ]
+    mixers = [
+        {"linear_attention": "linear", "full_attention": "full"}[t]
+        for t in types
+        if t
+        in (
+            "linear_attention",
+            "full_attention",
+        )
+    ]
+    mlps = [{"mlp": "dense", "moe": "moe"}[t] for t in types if t in ("mlp", "moe")]
+    if len(mixers) + len(mlps) != len(types):
+        raise UnsupportedConfigError(f"nemotron_h config: unknown layer types {sorted(set(types))}")
+    return _LayerPlan(mixers, mlps, len(types))
+
+
+def _attention_or_mamba_plan(cfg: _Config) -> _LayerPlan:
+    """Jamba / Bamba / GraniteMoeHybrid: each layer attention or Mamba, then an MLP."""
+    n = cfg.int("num_hidden_layers")
+    types = _block_types(cfg, "layer_types", "layers_block_type")
+    if types is None and cfg.has("attn_layer_indices"):  # bamba
+        attention = set(cfg.get("attn_layer_indices"))
+        types = ["full_attention" if i in attention else "linear_attention" for i in range(n)]
+    if types is None and cfg.model_type == "jamba":
+        period, offset = cfg.int("attn_layer_period", 8), cfg.int("attn_layer_offset", 4)
+        types = ["full_attention" if i % period == offset else "linear_attention" for i in range(n)]
+    if types is None:
+        types = ["linear_attention"] * n
+    mixers = ["full" if t == "full_attention" else "linear" for t in types]
+    if cfg.model_type == "jamba" and cfg.int("num_experts", 16) > 1:
+        period, offset = cfg.int("expert_layer_period", 2), cfg.int("expert_layer_offset", 1)
+        mlps = ["moe" if i % period == offset else "dense" for i in range(n)]
+    elif cfg.model_type == "granitemoehybrid" and cfg.int("num_local_experts", 8) > 0:
+        mlps = ["moe"] * n
+    else:
+        mlps = ["dense"] * n
+    return _LayerPlan(mixers, mlps)
+
+
+def _jamba_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    return _gqa(cfg, count) if kind == "full" else _mamba1(cfg, count)
+
+
+def _granite_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
+    """A shared MLP of `shared_intermediate_size` in every layer, plus routed experts."""
+    shared = cfg.int("shared_intermediate_size", 1024)
+    if kind == "dense":
+        return DenseMlp(count, shared)
+    return MoeMlp(
+        num_layers=count,
+        num_experts=cfg.int("num_local_experts", 8),
+        experts_per_token=cfg.int("num_experts_per_tok", 2),
+        expert_intermediate_size=cfg.int("intermediate_size"),
+        num_shared_experts=1,
+        shared_intermediate_size=shared,
+    )
+
+
+def _lfm2_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    types = _block_types(cfg, "layer_types")
+    if types is None:
+        full = set(cfg.get("full_attn_idxs", range(n)))
+        types = ["full_attention" if i in full else "conv" for i in range(n)]
+    return _LayerPlan(["full" if t == "full_attention" else "conv" for t in types], ["dense"] * n)
+
+
+def _lfm2_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    """LFM2's short convolution keeps the last L_cache - 1 inputs of `hidden` channels."""
+    if kind == "full":
+        return _gqa(cfg, count)
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.SHORT_CONV,
+        num_heads=1,
+        num_key_heads=0,
+        key_head_dim=0,
+        value_head_dim=cfg.int("hidden_size"),
+        conv_kernel=cfg.int("conv_L_cache", 3),
+    )
+
+
+def _olmo_hybrid_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    """Gated DeltaNet with OLMo's defaults (key heads = attention heads, key dim 0.75 *
+    hidden / heads, value dim twice that)."""
+    if kind == "full":
+        return _gqa(cfg, count)
+    heads = cfg.int("num_attention_heads")
+    key_heads = cfg.int("linear_num_key_heads", heads)
+    key_dim = cfg.int("linear_key_head_dim", int(0.75 * cfg.int("hidden_size") / key_heads))
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.GATED_DELTANET,
+        num_heads=cfg.int("linear_num_value_heads", heads),
+        num_key_heads=key_heads,
+        key_head_dim=key_dim,
+        value_head_dim=cfg.int("linear_value_head_dim", 2 * key_dim),
+        conv_kernel=cfg.int("linear_conv_kernel_dim", 4),
+    )
+
+
+def _olmo_hybrid_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+
+    def fallback(i: int) -> str:
+        last_full = i == n - 1 and n < 4
+        return "full_attention" if i % 4 == 3 or last_full else "linear_attention"
+
+    return _LayerPlan(_normalise_layer_types(cfg, fallback), ["dense"] * n)
+
+
+def _gemma3_plan(cfg: _Config) -> _LayerPlan:
+    period = cfg.int("sliding_window_pattern", 6)
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "sliding_attention" if (i + 1) % period else "full_attention"
+    )
+    return _LayerPlan(mixers, ["dense"] * len(mixers))
+
+
+def _mamba2_plan(cfg: _Config) -> _LayerPlan:
+    n = cfg.int("num_hidden_layers")
+    return _LayerPlan(["linear"] * n, [], n)
+
+
+def _minimax_lightning_plan(cfg: _Config) -> _LayerPlan:
+    """MiniMax-Text-01: lightning attention, softmax attention every few layers
+    (`attn_type_list`: 1 softmax, 0 lightning; transformers: `layer_types`)."""
+    n = cfg.int("num_hidden_layers")
+    if cfg.has("attn_type_list") and not cfg.has("layer_types"):
+        names = ["full_attention" if t else "linear_attention" for t in cfg.get("attn_type_list")]
+        cfg = _Config({**cfg.raw, "layer_types": names}, cfg.model_type)
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "full_attention" if (i + 1) % 2 else "linear_attention"
+    )
+    return _LayerPlan(mixers, ["moe"] * n)
+
+
+def _minimax_lightning_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
+    """Lightning attention keeps one (head_dim x head_dim) state per head, no conv."""
+    full = _gqa(cfg, count)
+    if kind == "full":
+        return full
+    return LinearAttention(
+        num_layers=count,
+        kind=LinearKind.LIGHTNING,
+        num_heads=full.num_q_heads,
+        num_key_heads=full.num_q_heads,
+        key_head_dim=full.head_dim,
+        value_head_dim=full.head_dim,
+    )
+
+
 def _plain_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     return _gqa(cfg, count)
 
@@ -382,9 +719,25 @@ FAMILIES: dict[str, _Family] = {
     "minimax_m2": _Family(_minimax_plan, _plain_mixer, _local_experts_mlp),
     "mimo_v2_flash": _Family(_mimo_plan, _mimo_mixer, _mimo_mlp),
     "bailing_hybrid": _Family(_bailing_plan, _bailing_mixer, _bailing_mlp),
+    "falcon_h1": _Family(_falcon_h1_plan, _mamba2_attention_mixer, _dense_mlp),
+    "nemotron_h": _Family(_nemotron_h_plan, _mamba2_attention_mixer, _nemotron_h_mlp),
+    "jamba": _Family(_attention_or_mamba_plan, _jamba_mixer, _jamba_mlp),
+    "bamba": _Family(_attention_or_mamba_plan, _mamba2_attention_mixer, _dense_mlp),
+    "granitemoehybrid": _Family(_attention_or_mamba_plan, _mamba2_attention_mixer, _granite_mlp),
+    "lfm2": _Family(_lfm2_plan, _lfm2_mixer, _dense_mlp),
+    "zamba": _Family(_zamba_plan, _zamba_mixer, _dense_mlp),
+    "zamba2": _Family(_zamba_plan, _zamba_mixer, _dense_mlp),
+    "olmo_hybrid": _Family(_olmo_hybrid_plan, _olmo_hybrid_mixer, _dense_mlp),
+    "gemma3_text": _Family(_gemma3_plan, _swa_or_gqa, _dense_mlp),
+    "mamba2": _Family(_mamba2_plan, lambda cfg, kind, n: _mamba2(cfg, n), _dense_mlp),
+    "minimax": _Family(_minimax_lightning_plan, _minimax_lightning_mixer, _local_experts_mlp),
 }
 #: Multimodal wrappers whose language model sits in `text_config`.
-_TEXT_WRAPPERS = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+_TEXT_WRAPPERS = {
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
+    "gemma3": "gemma3_text",
+}
 SUPPORTED_MODEL_TYPES = sorted([*FAMILIES, *_TEXT_WRAPPERS])
 
 
@@ -420,6 +773,7 @@ def model_from_hf_config(raw: Mapping[str, Any], name: str) -> ModelSpec:
             mlps=_group(plan.mlps, lambda kind, n: family.mlp(cfg, kind, n)),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             weight_dtype_bytes=_weight_dtype_bytes(cfg),
+            num_blocks=plan.num_blocks,
         )
     except ValueError as err:
         raise UnsupportedConfigError(f"{model_type} config: {err}") from None

@@ -166,7 +166,9 @@ class LinearKind(StrEnum):
     GATED_DELTANET = "gated_deltanet"
     KDA = "kda"
     LIGHTNING = "lightning"
+    MAMBA = "mamba"  # Mamba-1: per channel a d_state vector (key dim = d_state, no q/k conv)
     MAMBA2 = "mamba2"
+    SHORT_CONV = "short_conv"  # LFM2: only the conv window (no recurrent state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,20 +291,29 @@ class ModelSpec:
     mlps: tuple[MlpGroup, ...]
     tie_word_embeddings: bool = False
     weight_dtype_bytes: int = 2
+    #: Decoder layers, when they are not one mixer plus one MLP each (0: they are). Parallel
+    #: hybrids (falcon_h1) hold two mixers in one layer; Nemotron-H and Mamba2 have layers
+    #: without an MLP, Nemotron-H layers without a mixer.
+    num_blocks: int = 0
 
     def __post_init__(self) -> None:
         mixer_layers = sum(g.num_layers for g in self.mixers)
         mlp_layers = sum(g.num_layers for g in self.mlps)
-        if mixer_layers != mlp_layers:
+        if mixer_layers == 0:
+            raise ValueError(f"{self.name}: a model needs at least one layer")
+        if self.num_blocks == 0 and mixer_layers != mlp_layers:
             raise ValueError(
                 f"{self.name}: {mixer_layers} mixer layers but {mlp_layers} MLP layers"
             )
-        if mixer_layers == 0:
-            raise ValueError(f"{self.name}: a model needs at least one layer")
+        if self.num_blocks and (mlp_layers > self.num_blocks or mixer_layers > 2 * self.num_blocks):
+            raise ValueError(
+                f"{self.name}: {mixer_layers} mixer and {mlp_layers} MLP layers "
+                f"do not fit in {self.num_blocks} layers"
+            )
 
     @property
     def num_layers(self) -> int:
-        return sum(g.num_layers for g in self.mixers)
+        return self.num_blocks or sum(g.num_layers for g in self.mixers)
 
     # --- cache ---------------------------------------------------------------------------
 
