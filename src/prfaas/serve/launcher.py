@@ -36,6 +36,7 @@ import httpx
 import yaml
 
 from prfaas.serve.config import (
+    Backend,
     Deployment,
     InstanceRole,
     LinkShaping,
@@ -54,7 +55,7 @@ STOP_GRACE_S = 5.0
 log = logging.getLogger(__name__)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Run in the child before exec: SIGTERM when the launcher goes away."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -137,10 +138,14 @@ class Launcher:
             env=env,
             stdout=out,
             stderr=None,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            preexec_fn=die_with_parent,  # noqa: PLW1509
         )
 
-    def wait_healthy(self, timeout_s: float = 90.0) -> None:
+    def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Until the router says ok; vLLM engines get their own start budget."""
+        if timeout_s is None:
+            is_vllm = self.deployment.backend is Backend.VLLM
+            timeout_s = self.deployment.vllm.start_timeout_s if is_vllm else 90.0
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, child in self._children.items():
@@ -186,6 +191,8 @@ def _kernel_unavailable_reason(deployment: Deployment) -> str | None:
     link = deployment.link
     if link.shaping is LinkShaping.TOKEN_BUCKET:
         return "the deployment asks for the token bucket (link.shaping)"
+    if deployment.backend is Backend.VLLM:
+        return "vllm instances send from their engine's connector, paced by the token bucket"
     roles = {spec.role for spec in deployment.instances}
     if not {InstanceRole.PRFAAS_PREFILL, InstanceRole.PD_DECODE} <= roles:
         return "no PrfaaS prefill or no PD decode instance: nothing crosses the link"
