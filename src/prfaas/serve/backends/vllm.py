@@ -49,7 +49,13 @@ from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
-from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec, free_port
+from prfaas.serve.config import (
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    free_port,
+    transfer_secret,
+)
 from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError
 from prfaas.serve.launcher import die_with_parent
 from prfaas.specs.catalog import resolve_model
@@ -182,6 +188,7 @@ class VllmBackend:
         env = dict(os.environ)
         env.update(CHILD_ENV)
         env["VLLM_CPU_KVCACHE_SPACE"] = str(self._settings.kv_cache_gib)
+        env[SECRET_ENV_VAR] = transfer_secret(self._deployment).decode()  # never on argv
         self._subscriber.start()
         self._child = subprocess.Popen(
             self.command(),
