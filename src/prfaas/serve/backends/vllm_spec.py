@@ -19,5 +19,5 @@ class VllmSpec(BaseModel):
     kv_cache_gib: int = Field(default=1, gt=0)  # VLLM_CPU_KVCACHE_SPACE per instance
     max_model_len: int = Field(default=4096, gt=0)
     dtype: str | None = None  # `--dtype`; None: the checkpoint's
-    start_timeout_s: float = Field(default=600.0, gt=0)  # engine start on a loaded host
+    start_timeout_s: float = Field(default=1800.0, gt=0)  # 2 shared cores: minutes
     extra_args: tuple[str, ...] = ()  # more `vllm serve` flags, passed as they are
