@@ -195,6 +195,7 @@ class VllmBackend:
             env=env,
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent,  # noqa: PLW1509
+            start_new_session=True,  # its engine-core processes share its group: stop kills all
         )
         deadline = time.monotonic() + self._settings.start_timeout_s
         while time.monotonic() < deadline:
@@ -217,13 +218,12 @@ class VllmBackend:
             task.cancel()
         self._subscriber.stop()
         child = self._child
-        if child is not None and child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            try:
+        if child is not None:
+            _signal_group(child, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            _signal_group(child, signal.SIGKILL)  # engine-core processes left behind, if any
+            child.wait()
         self._status_path.unlink(missing_ok=True)
 
     async def _watch(self) -> None:
@@ -407,6 +407,12 @@ class VllmBackend:
         fut: asyncio.Future[int] = loop.create_future()
         fut.set_result(self._translator.held_prefix_tokens(tokens))
         return fut
+
+
+def _signal_group(child: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """`sig` to the child's whole process group (vLLM spawns its engine core and workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, sig)
 
 
 def _gauges(text: str) -> dict[str, float]:
