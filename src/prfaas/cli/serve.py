@@ -130,7 +130,7 @@ def up(
         launcher = Launcher(loaded, quiet=quiet)
         launcher.start()
         try:
-            wait_with_progress(launcher, loaded.supervisor.start_timeout_s)
+            wait_with_progress(launcher, launcher.start_timeout_s)
         except BaseException:
             launcher.stop()
             raise

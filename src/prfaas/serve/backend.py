@@ -24,7 +24,7 @@ from prfaas.kvcache import CacheEvent, CacheIdentity
 from prfaas.serve import protocol as p
 from prfaas.serve.config import Backend, Deployment, InstanceSpec
 from prfaas.serve.profile import PrefillTiming
-from prfaas.transfer import PeerIdentity
+from prfaas.transfer import LinkSignals, PeerIdentity
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +131,26 @@ class PrefixMover(Protocol):
         ...
 
 
+@runtime_checkable
+class CachedPrefixReporter(Protocol):
+    """A backend that can say which prompt prefix its cache holds (a decode instance's answer
+    to `/cached`: the prefill then ships only the rest)."""
+
+    def cached_prefix_tokens(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
+    ) -> asyncio.Future[int]: ...
+
+
+@runtime_checkable
+class ShipsOwnKv(Protocol):
+    """A backend whose engine moves the KV itself (vLLM's connector over `prfaas.transfer`,
+    on the instance's transfer port): the shell neither streams slices nor listens."""
+
+    async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult: ...
+
+    def link_signals(self) -> list[LinkSignals]: ...
+
+
 class InstanceBackend(Protocol):
     info: BackendInfo
     num_waiting: int
@@ -166,11 +186,15 @@ class InstanceBackend(Protocol):
 
 
 def build_backend(deployment: Deployment, spec: InstanceSpec) -> InstanceBackend:
-    """The instance's backend; the torch one is imported only when it is chosen."""
+    """The instance's backend; torch (or the vLLM child) only when it is chosen."""
     if spec.backend is Backend.EMULATED:
         from prfaas.serve.emulated import EmulatedBackend
 
         return EmulatedBackend(deployment, spec)
+    if spec.backend is Backend.VLLM:
+        from prfaas.serve.backends.vllm import VllmBackend
+
+        return VllmBackend(deployment, spec)
     from prfaas.serve.worker import TorchBackend
 
     return TorchBackend(deployment, spec)

@@ -37,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from prfaas.serve.admission import AdmissionSpec
+from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
 from prfaas.specs.catalog import get_chip, model_names
 from prfaas.specs.errors import SpecError
@@ -66,6 +67,7 @@ class InstanceRole(StrEnum):
 class Backend(StrEnum):
     TORCH = "torch"
     EMULATED = "emulated"
+    VLLM = "vllm"  # a managed `vllm serve` child (serve.backends.vllm)
 
 
 class _Strict(BaseModel):
@@ -205,7 +207,7 @@ class InstanceSpec(_Strict):
 
     @model_validator(mode="after")
     def _chip_fits_backend(self) -> InstanceSpec:
-        if self.backend is Backend.TORCH:
+        if self.backend is not Backend.EMULATED:
             if self.chip is not None:
                 raise ValueError("chip is for emulated instances only (backend: emulated)")
             return self
@@ -239,16 +241,20 @@ class Deployment(_Strict):
     rebalance: RebalanceSpec = RebalanceSpec()
     tls: TlsSpec | None = None  # None: plain TCP (the HMAC handshake still authenticates)
     supervisor: SupervisorSpec = SupervisorSpec()
+    vllm: VllmSpec = VllmSpec()  # backend: vllm instances (serve.backends.vllm_spec)
     instances: tuple[InstanceSpec, ...]
 
     @model_validator(mode="after")
     def _one_backend(self) -> Deployment:
         backends = {spec.backend for spec in self.instances}
         if len(backends) > 1:
-            raise ValueError("instances mix the torch and emulated backends (their KV differs)")
+            names = " and ".join(b.value for b in Backend if b in backends)
+            raise ValueError(f"instances mix the {names} backends (their KV differs)")
         if Backend.EMULATED in backends and self.model not in model_names():
             known = ", ".join(model_names())
             raise ValueError(f"emulated instances need a catalog model (known: {known})")
+        if Backend.VLLM in backends and not Path(self.model).is_dir():
+            raise ValueError(f"vllm instances need a local model directory, not {self.model!r}")
         return self
 
     @property

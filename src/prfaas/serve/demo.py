@@ -118,7 +118,7 @@ def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> int:
     code = EXIT_STOPPED
     launcher.start()
     try:
-        wait_with_progress(launcher, deployment.supervisor.start_timeout_s)
+        wait_with_progress(launcher, launcher.start_timeout_s)
         print(f"deployment up in {time.monotonic() - started:.1f} s at {launcher.url}/v1")
         if deployment.model in PRESETS:
             print(random_weights_notice(deployment.model))

@@ -407,7 +407,7 @@ async def _decode_holds(rt: RouterRuntime, decode: LiveInstance, tokens: list[in
     `/cached`): the prefill ships only the rest. 0 when it cannot say or does not answer."""
     if (
         decode.info is None
-        or not decode.info.can_move_prefix
+        or not (decode.info.can_move_prefix or decode.info.reports_cached_prefix)
         or not rt.deployment.router.decode_reuse
     ):
         return 0

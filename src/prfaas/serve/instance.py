@@ -49,12 +49,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import (
     BackendInfo,
+    CachedPrefixReporter,
     Finished,
     InstanceBackend,
     Item,
     KvSlice,
     PrefillDone,
     PrefixMover,
+    ShipsOwnKv,
     Token,
     build_backend,
 )
@@ -83,6 +85,7 @@ from prfaas.serve.kvlink import (
 from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import (
     ArraySink,
+    LinkSignals,
     PeerAddress,
     Receiver,
     RequestId,
@@ -176,6 +179,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         cache=p.CacheIdentityBody.of(facts.cache),
         timing=_timing(facts),
         can_move_prefix=isinstance(backend, PrefixMover),
+        reports_cached_prefix=isinstance(backend, CachedPrefixReporter),
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),
@@ -203,6 +207,8 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
 
 
 async def _start_transfer(rt: InstanceRuntime) -> None:
+    if isinstance(rt.worker, ShipsOwnKv):
+        return  # its engine owns the transfer port (serve.backends.vllm)
     identity = rt.worker.info.peer
     transport = transports_for(rt.deployment, rt.spec)
     rt.sender = Sender(rt.transfer_config, identity, transport)  # every role may prefill
@@ -234,10 +240,13 @@ async def _pump_arrivals(rt: InstanceRuntime) -> None:
 
 async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
     """Prefill here, KV layer by layer to the decode instance; return once it committed."""
-    if rt.sender is None or not rt.spec.role.is_prefill:
+    if not rt.spec.role.is_prefill:
         raise BadRequestError(f"instance {rt.spec.name} is not a prefill instance")
     rt.activity.prefill_started()
     try:
+        if isinstance(rt.worker, ShipsOwnKv):
+            return await rt.worker.prefill(body)
+        assert rt.sender is not None
         return await _run_prefill(rt, rt.sender, body)
     finally:
         rt.activity.prefill_ended()
@@ -317,7 +326,7 @@ async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIter
 
 
 async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    slices = await _imported(rt, body)
+    slices = [] if isinstance(rt.worker, ShipsOwnKv) else await _imported(rt, body)
     items = rt.worker.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
     sent = ""
@@ -437,6 +446,12 @@ def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
     return rt.info
 
 
+def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
+    if isinstance(rt.worker, ShipsOwnKv):
+        return rt.worker.link_signals()
+    return rt.sender.link_signals() if rt.sender else []
+
+
 def _line(chunk: p.DecodeChunk) -> bytes:
     return chunk.model_dump_json(exclude_defaults=True).encode() + b"\n"
 
@@ -512,7 +527,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
                     bytes_acked_total=link.bytes_acked_total,
                     rtt_s=link.rtt_s,
                 )
-                for link in (rt.sender.link_signals() if rt.sender else [])
+                for link in _link_signals(rt)
             ],
         )
 
@@ -526,7 +541,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.post("/decode")
     async def decode(body: p.DecodeRequest) -> StreamingResponse:
-        if rt.sink is None or rt.spec.role.is_prefill:
+        if rt.spec.role.is_prefill:
             raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
         return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
 
@@ -537,7 +552,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     @app.post("/cached")
     async def cached(body: p.TokenizeResult) -> p.CachedResult:
         """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not isinstance(rt.worker, PrefixMover):
+        if not isinstance(rt.worker, CachedPrefixReporter):
             return p.CachedResult(tokens=0)
         loop = asyncio.get_running_loop()
         return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))

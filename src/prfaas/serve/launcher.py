@@ -44,6 +44,7 @@ import yaml
 from prfaas.serve.admin_auth import admin_token
 from prfaas.serve.config import (
     ADMIN_TOKEN_ENV_VAR,
+    Backend,
     Deployment,
     InstanceRole,
     LinkShaping,
@@ -65,7 +66,7 @@ STOP_GRACE_S = 5.0
 log = logging.getLogger(__name__)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Run in the child before exec: SIGTERM when the launcher goes away."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -167,10 +168,19 @@ class Launcher:
             env=self._env,
             stdout=out,
             stderr=None,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509
+            preexec_fn=die_with_parent,  # noqa: PLW1509
         )
 
-    def wait_healthy(self, timeout_s: float = 90.0) -> None:
+    @property
+    def start_timeout_s(self) -> float:
+        """How long a start may take: vLLM engines have a budget of their own."""
+        d = self.deployment
+        return d.vllm.start_timeout_s if d.backend is Backend.VLLM else d.supervisor.start_timeout_s
+
+    def wait_healthy(self, timeout_s: float | None = None) -> None:
+        """Until the router says ok (within `start_timeout_s` unless told otherwise)."""
+        if timeout_s is None:
+            timeout_s = self.start_timeout_s
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for name, child in self._children.items():
@@ -221,6 +231,8 @@ def _kernel_unavailable_reason(deployment: Deployment) -> str | None:
     link = deployment.link
     if link.shaping is LinkShaping.TOKEN_BUCKET:
         return "the deployment asks for the token bucket (link.shaping)"
+    if deployment.backend is Backend.VLLM:
+        return "vllm instances send from their engine's connector, paced by the token bucket"
     roles = {spec.role for spec in deployment.instances}
     if not {InstanceRole.PRFAAS_PREFILL, InstanceRole.PD_DECODE} <= roles:
         return "no PrfaaS prefill or no PD decode instance: nothing crosses the link"

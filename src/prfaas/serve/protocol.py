@@ -79,6 +79,7 @@ class InstanceInfo(_Body):
     cache: CacheIdentityBody
     timing: TimingBody | None = None  # None: an older instance (the router assumes linear)
     can_move_prefix: bool = False  # its backend exports and imports cached prefixes
+    reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
 
 
 class CacheEventBody(_Body):

@@ -1,0 +1,137 @@
+"""Tiny random-weight checkpoints vLLM accepts on CPU, for tests and benchmarks.
+
+    python -m prfaas.integrations.vllm.tiny llama DIR        # float32, head dim 64
+    python -m prfaas.integrations.vllm.tiny qwen3-next DIR   # bf16, hybrid GDN + attention
+
+Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
+directory built twice holds the same bytes. Constraints measured on this host
+(../shared/docs/vllm-cpu.md): every attention head dim >= 64; Qwen3-Next needs >= 1 expert,
+bf16 and linear key/value head dims 64. The tokenizer is byte level (one token per UTF-8 byte,
+`<bos>` first), saved beside the weights so `vllm serve` and clients load it offline.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SEED = 0
+SPECIALS = ("<pad>", "<bos>", "<eos>")
+VOCAB_SIZE = 384  # 256 bytes + 3 specials, padded
+
+LLAMA: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
+
+QWEN3_NEXT: dict[str, Any] = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "full_attention_interval": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "linear_num_key_heads": 1,
+    "linear_num_value_heads": 2,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 2,
+    "num_experts_per_tok": 1,
+    "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 128,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 0.25,
+    "tie_word_embeddings": False,
+}
+
+PRESETS = {"llama": (LLAMA, "float32"), "qwen3-next": (QWEN3_NEXT, "bfloat16")}
+
+
+def save_byte_tokenizer(out: Path) -> None:
+    """One token per byte (ids 3..258), `<pad>`/`<bos>`/`<eos>` = 0/1/2, `<bos>` prepended."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = ByteLevel.alphabet()
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    for symbol in sorted(alphabet):
+        vocab[symbol] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(SPECIALS))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", 1)]
+    )
+    tok.save(str(out / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "model_max_length": 4096,
+        "chat_template": (
+            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant: {% endif %}"
+        ),
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+    (out / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"})
+    )
+
+
+def build(preset: str, out: Path) -> Path:
+    """Write preset `preset` (random weights, seed 0) and its tokenizer into `out`."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields, dtype = PRESETS[preset]
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(SEED)
+    config = AutoConfig.for_model(
+        **{k: v for k, v in fields.items() if k != "architectures"},
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    config.architectures = fields["architectures"]
+    model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
+    model.config.dtype = dtype
+    model.save_pretrained(out)
+    save_byte_tokenizer(out)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in PRESETS:
+        print(f"usage: python -m prfaas.integrations.vllm.tiny {{{','.join(PRESETS)}}} DIR")
+        return 2
+    build(argv[0], Path(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,439 @@
+"""The `vllm` backend: a managed `vllm serve` child with the prfaas connector.
+
+Why a child process and not an in-process `AsyncLLM`: vLLM pins transformers and fastapi
+versions our venv cannot share (`make setup-vllm` builds its own, `.venv-vllm`), so the core
+venv never imports vLLM (DESIGN.md walls). The instance shell stays ours (control API, role,
+health, `/state`) and drives the child over its OpenAI HTTP API; the KV moves engine to engine
+through the connector (`prfaas.integrations.vllm.connector`) over prfaas's transfer protocol,
+which the child runs on this instance's `transfer_port`.
+
+    /prefill  -> child /v1/completions, max_tokens 1, kv_transfer_params.prfaas_send =
+                 {decode's transfer address, transfer id = request id, from_token}: the
+                 connector pushes every layer's new blocks as the layer is computed, then the
+                 linear-attention state; the result carries vLLM's cached tokens (prefix hit)
+                 and the KV bytes the connector ships
+    /decode   -> child /v1/completions (streamed), kv_transfer_params.prfaas_recv: vLLM parks
+                 the request until the connector has loaded the KV, then decodes
+    /cached   -> the prompt prefix this child's prefix cache holds, from its own KV events
+    /state    -> vLLM's KV events (BlockStored/BlockRemoved over ZMQ) as prfaas cache events
+                 in prfaas's hash chain (`vllm_events`), vLLM's load from its /metrics, and
+                 the connector's link telemetry from its status file
+
+The first token the prefill returns is vLLM's own; for hybrid models the prefill stops one
+token short (the decode side computes the last prompt token from the transferred state), so
+it is a token predicted from the prompt minus one. The decode side samples every output token
+itself; the text the client sees is the decode child's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from prfaas.kvcache import CacheIdentity, HashScheme
+from prfaas.kvcache.hashing import HASH_ALGORITHM, model_fingerprint
+from prfaas.kvcache.ids import InstanceId
+from prfaas.kvcache.layout import GroupKind
+from prfaas.serve import protocol as p
+from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
+from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
+from prfaas.serve.config import (
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    free_port,
+    transfer_secret,
+)
+from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError
+from prfaas.serve.launcher import die_with_parent
+from prfaas.specs.catalog import resolve_model
+from prfaas.specs.errors import SpecError
+from prfaas.transfer import LinkSignals, identity_for
+from prfaas.transfer.config import SECRET_ENV_VAR
+
+MAX_EVENT_LOG = 200_000
+METRICS_INTERVAL_S = 0.5
+STOP_GRACE_S = 10.0
+CHILD_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def vllm_python() -> Path:
+    """The vLLM venv's interpreter: `$PRFAAS_VLLM_PYTHON`, else the repository's .venv-vllm."""
+    configured = os.environ.get("PRFAAS_VLLM_PYTHON")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[4] / ".venv-vllm" / "bin" / "python"
+
+
+class VllmBackend:
+    """The `vllm` `InstanceBackend` (see the module docstring)."""
+
+    def __init__(self, deployment: Deployment, spec: InstanceSpec) -> None:
+        self._deployment = deployment
+        self._spec = spec
+        self._settings = deployment.vllm
+        self.model_dir = Path(deployment.model)
+        try:
+            self.model = resolve_model(str(self.model_dir))
+        except SpecError as err:
+            raise BadRequestError(f"backend vllm: {err}") from None
+        self.is_hybrid = self.model.state_bytes(1) > 0
+        self.python = vllm_python()
+        self.port = free_port(spec.host)
+        self.events_port = free_port(spec.host)
+        self.url = f"http://{spec.host}:{self.port}"
+        scheme = HashScheme(
+            deployment.block_tokens, model_fingerprint(self.model), deployment.hash_seed
+        )
+        kinds = (GroupKind.ATTENTION, GroupKind.STATE) if self.is_hybrid else (GroupKind.ATTENTION,)
+        kv_capacity = self._settings.kv_cache_gib * 2**30
+        self.info = BackendInfo(
+            max_context_tokens=self._settings.max_model_len,
+            kv_bytes_per_token=float(self.model.kv_bytes_per_token()),
+            kv_capacity_bytes=kv_capacity,
+            cache=CacheIdentity(scheme, HASH_ALGORITHM, kinds),
+            peer=identity_for(self.model, deployment.block_tokens, deployment.hash_seed),
+        )
+        self.num_waiting = 0
+        self.num_running = 0
+        self.free_pages = kv_capacity // 2**20
+        self._translator = EventTranslator(InstanceId(spec.name), scheme, self.is_hybrid)
+        self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
+        self._next_seq = 0
+        self._pending: list[Any] = []
+        self._subscriber = EventSubscriber(
+            f"tcp://{spec.host}:{self.events_port}", self._pending.append
+        )
+        self._status_path = Path(f"/tmp/prfaas-vllm-{spec.name}-{os.getpid()}.json")
+        self._child: subprocess.Popen[bytes] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._sync = httpx.Client(timeout=30.0)
+        self._decodes: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- the child ---------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """`vllm serve` for this instance, with the connector and the KV event publisher."""
+        spec, d = self._spec, self._deployment
+        extra: dict[str, Any] = {
+            "listen_host": spec.host,
+            "listen_port": spec.transfer_port,
+            "secret_env": SECRET_ENV_VAR,
+            "payload_checks": d.payload_checks,
+            "hash_seed": d.hash_seed,
+            "status_path": str(self._status_path),
+            # a transfer whose decode never came (its router gave up) is dropped after this
+            "staged_ttl_s": d.router.request_timeout_s,
+            "load_timeout_s": d.router.request_timeout_s,
+        }
+        if spec.role is InstanceRole.PRFAAS_PREFILL:
+            extra["rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
+        transfer = {
+            "kv_connector": "PrfaasConnector",
+            "kv_connector_module_path": "prfaas.integrations.vllm.connector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": extra,
+        }
+        events = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://{spec.host}:{self.events_port}",
+            "topic": "kv-events",
+        }
+        s = self._settings
+        return [
+            str(self.python), "-m", "prfaas.integrations.vllm.serve_main", "serve",
+            str(self.model_dir),
+            "--host", spec.host,
+            "--port", str(self.port),
+            "--served-model-name", d.model_name,
+            "--enforce-eager",
+            "--max-model-len", str(s.max_model_len),
+            "--max-num-seqs", str(spec.max_batch_size),
+            # hybrid: vLLM's mamba prefix caching ("align" mode) keeps states in blocks the
+            # connector cannot place yet (docs/vllm.md), so it runs without prefix caching
+            "--no-enable-prefix-caching" if self.is_hybrid else "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--kv-transfer-config", json.dumps(transfer),
+            *([] if self.is_hybrid else ["--kv-events-config", json.dumps(events)]),
+            *(["--dtype", s.dtype] if s.dtype else []),
+            *s.extra_args,
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        """Start the child and wait until it serves (vLLM needs ~30-100 s on 2 cores)."""
+        if not self.python.exists():
+            raise InstanceFailedError(
+                f"no vLLM venv at {self.python.parent.parent}: run `make setup-vllm` "
+                "(or set PRFAAS_VLLM_PYTHON)"
+            )
+        env = dict(os.environ)
+        env.update(CHILD_ENV)
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(self._settings.kv_cache_gib)
+        env[SECRET_ENV_VAR] = transfer_secret(self._deployment).decode()  # never on argv
+        self._subscriber.start()
+        self._child = subprocess.Popen(
+            self.command(),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # noqa: PLW1509
+            start_new_session=True,  # its engine-core processes share its group: stop kills all
+        )
+        deadline = time.monotonic() + self._settings.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._child.poll() is not None:
+                raise InstanceFailedError(f"vllm serve exited with code {self._child.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if self._sync.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    break
+            time.sleep(0.5)
+        else:
+            self.stop()
+            raise InstanceFailedError(
+                f"vllm serve did not answer within {self._settings.start_timeout_s:.0f} s"
+            )
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
+        self._tasks = [asyncio.get_running_loop().create_task(self._watch())]
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._subscriber.stop()
+        child = self._child
+        if child is not None:
+            _signal_group(child, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=STOP_GRACE_S)
+            _signal_group(child, signal.SIGKILL)  # engine-core processes left behind, if any
+            child.wait()
+        self._status_path.unlink(missing_ok=True)
+
+    async def _watch(self) -> None:
+        """vLLM's queue and cache use from /metrics; a dead child fails the instance."""
+        assert self._client is not None
+        while True:
+            if self._child is not None and self._child.poll() is not None:
+                print(f"prfaas: vllm serve of {self._spec.name} died", file=sys.stderr)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            with contextlib.suppress(httpx.HTTPError):
+                text = (await self._client.get(self.url + "/metrics", timeout=2.0)).text
+                metrics = _gauges(text)
+                self.num_running = int(metrics.get("vllm:num_requests_running", 0))
+                self.num_waiting = int(metrics.get("vllm:num_requests_waiting", 0))
+                used = metrics.get("vllm:kv_cache_usage_perc", 0.0)
+                self.free_pages = int((1.0 - used) * self.info.kv_capacity_bytes / 2**20)
+            await asyncio.sleep(METRICS_INTERVAL_S)
+
+    # --- tokens ------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """vLLM's own tokenization (what `vllm serve` alone would feed the model)."""
+        if not text:
+            raise BadRequestError("the prompt is empty")
+        body = {"model": self._deployment.model_name, "prompt": text}
+        response = self._sync.post(self.url + "/tokenize", json=body)
+        if response.status_code != 200:
+            raise BadRequestError(f"vLLM could not tokenize the prompt: {response.text[:200]}")
+        return list(response.json()["tokens"])
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        body = {"model": self._deployment.model_name, "tokens": list(token_ids)}
+        response = self._sync.post(self.url + "/detokenize", json=body)
+        if response.status_code != 200:
+            raise InstanceFailedError(f"vLLM could not detokenize: {response.text[:200]}")
+        return str(response.json()["prompt"])
+
+    # --- prefill -----------------------------------------------------------------------
+
+    def _sampling(self, sampling: p.Sampling, max_tokens: int) -> dict[str, Any]:
+        return {
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+            "seed": sampling.seed,
+            "stop": sampling.stop,
+            "ignore_eos": sampling.ignore_eos,
+            "return_token_ids": True,
+        }
+
+    async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult:
+        """Prefill on the child; its connector ships the KV to the decode instance."""
+        assert self._client is not None
+        started = time.monotonic()
+        request = {
+            "model": self._deployment.model_name,
+            "prompt": body.token_ids,
+            **self._sampling(body.sampling, 1),
+            "kv_transfer_params": {
+                "prfaas_send": {
+                    "transfer_id": body.request_id,
+                    "host": body.decode_transfer_host,
+                    "port": body.decode_transfer_port,
+                    "from_token": body.from_token,
+                }
+            },
+        }
+        try:
+            response = await self._client.post(self.url + "/v1/completions", json=request)
+        except httpx.HTTPError as err:
+            raise InstanceFailedError(f"vllm serve did not answer: {err!r}") from None
+        if response.status_code != 200:
+            raise _child_error(response)
+        answer = response.json()
+        params = answer.get("kv_transfer_params") or {}
+        if "prfaas_kv_bytes" not in params:
+            raise NoCapacityError("vLLM finished the prefill without handing its KV over")
+        details = answer["usage"].get("prompt_tokens_details") or {}
+        return p.PrefillResult(
+            request_id=body.request_id,
+            first_token=answer["choices"][0]["token_ids"][0],
+            hit_tokens=int(details.get("cached_tokens") or 0),
+            kv_bytes=int(params["prfaas_kv_bytes"]),
+            num_slices=0,
+            prefill_s=time.monotonic() - started,
+            transfer_s=0.0,
+        )
+
+    def link_signals(self) -> list[LinkSignals]:
+        """The connector's sender telemetry (its status file, refreshed every 0.5 s)."""
+        return [LinkSignals(**link) for link in self.connector_status().get("links", [])]
+
+    def connector_status(self) -> dict[str, Any]:
+        with contextlib.suppress(OSError, ValueError):
+            return dict(json.loads(self._status_path.read_text()))
+        return {}
+
+    def export(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request_id: str,
+        tokens: list[int],
+        sampling: p.Sampling,
+    ) -> asyncio.Queue[Item]:
+        raise BadRequestError("the vllm backend ships KV from its engine (`prefill`)")
+
+    # --- decode ------------------------------------------------------------------------
+
+    def decode(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: p.DecodeRequest,
+        slices: Sequence[KvSlice],
+    ) -> asyncio.Queue[Item]:
+        """Stream the decode from the child; its connector loads the KV first."""
+        out: asyncio.Queue[Item] = asyncio.Queue()
+        task = loop.create_task(self._stream(body, out))
+        self._decodes[body.request_id] = task
+        task.add_done_callback(lambda _: self._decodes.pop(body.request_id, None))
+        return out
+
+    async def _stream(self, body: p.DecodeRequest, out: asyncio.Queue[Item]) -> None:
+        assert self._client is not None
+        request = {
+            "model": self._deployment.model_name,
+            "prompt": body.token_ids,
+            **self._sampling(body.sampling, body.sampling.max_tokens),
+            "stream": True,
+            "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.request_id}},
+        }
+        ids: list[int] = []
+        text = ""
+        finish: str | None = None
+        try:
+            async with self._client.stream(
+                "POST", self.url + "/v1/completions", json=request
+            ) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise _child_error(response)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    for choice in chunk.get("choices", []):
+                        for token_id in choice.get("token_ids") or []:
+                            ids.append(token_id)
+                            out.put_nowait(Token(token_id))
+                        text += choice.get("text", "")
+                        finish = choice.get("finish_reason") or finish
+        except Exception as err:
+            out.put_nowait(err)
+            return
+        out.put_nowait(Finished(len(body.token_ids), tuple(ids), text, finish or "length"))
+
+    def cancel(self, request_id: str) -> None:
+        task = self._decodes.pop(request_id, None)
+        if task is not None:
+            task.cancel()  # closing the stream aborts the request in vLLM
+
+    # --- cache events ------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        while self._pending:
+            batch = self._pending.pop(0)
+            for event in self._translator.translate(batch):
+                self._events.append(SeqEvent(self._next_seq, event))
+                self._next_seq += 1
+
+    def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
+        self._drain()
+        return [e for e in self._events if e.seq >= seq], self._next_seq
+
+    def cached_prefix_tokens(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
+    ) -> asyncio.Future[int]:
+        """The prompt prefix this child's vLLM prefix cache holds (from its KV events)."""
+        self._drain()
+        fut: asyncio.Future[int] = loop.create_future()
+        fut.set_result(self._translator.held_prefix_tokens(tokens))
+        return fut
+
+
+def _signal_group(child: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """`sig` to the child's whole process group (vLLM spawns its engine core and workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, sig)
+
+
+def _gauges(text: str) -> dict[str, float]:
+    """`name{labels} value` lines of a Prometheus text page, summed over labels."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+        value = rest.rsplit(" ", 1)[-1]
+        with contextlib.suppress(ValueError):
+            values[name.strip()] = values.get(name.strip(), 0.0) + float(value)
+    return values
+
+
+def _child_error(response: httpx.Response) -> Exception:
+    """The child's error as ours: 4xx keep their meaning, anything else failed upstream."""
+    try:
+        message = str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:200]
+    if 400 <= response.status_code < 500:
+        return BadRequestError(f"vLLM: {message}")
+    return InstanceFailedError(f"vLLM answered {response.status_code}: {message}")

@@ -1,0 +1,23 @@
+"""The deployment file's `vllm:` block: how `backend: vllm` instances run their engine.
+
+    model: /models/my-llama            # a local checkpoint directory (never downloaded)
+    vllm: {kv_cache_gib: 1, max_model_len: 4096, dtype: null, extra_args: []}
+    instances:
+      - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas, backend: vllm}
+
+Pure data (pydantic): `serve.config` embeds it; `serve.backends.vllm` reads it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class VllmSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kv_cache_gib: int = Field(default=1, gt=0)  # VLLM_CPU_KVCACHE_SPACE per instance
+    max_model_len: int = Field(default=4096, gt=0)
+    dtype: str | None = None  # `--dtype`; None: the checkpoint's
+    start_timeout_s: float = Field(default=1800.0, gt=0)  # 2 shared cores: minutes
+    extra_args: tuple[str, ...] = ()  # more `vllm serve` flags, passed as they are
