@@ -56,6 +56,7 @@ REQUEST_TIMEOUT_S = 120.0
 # tokens after the state load (docs/vllm.md, "Limits").
 DTYPES = {"llama": "float32"}
 
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert vllm_python().exists(), "no vLLM venv: run `make setup-vllm` (or `make test-vllm`)"
