@@ -444,8 +444,12 @@ def test_a_client_gone_before_a_json_answer_is_cancelled(
 ) -> None:
     idle = _wait(client, 0)
     body = {"model": MODEL, "prompt": "a JSON request given up", "max_tokens": 5000}
-    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
-        httpx.post(launcher.url + "/v1/completions", json=body, timeout=2)
+    try:  # the client gives up after 2 s and closes its connection
+        answer = httpx.post(launcher.url + "/v1/completions", json=body, timeout=2)
+    except httpx.ReadTimeout:
+        pass
+    else:  # seen once in a full run on a busy host; the answer says why
+        pytest.fail(f"answered before the client gave up: {answer.status_code} {answer.text[:300]}")
     decode = _wait(client, 0)
     assert decode["free_pages"] == idle["free_pages"]
     assert _recent(client)[-1]["status"] == "cancelled"
