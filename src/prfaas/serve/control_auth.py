@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from prfaas.serve.admin_auth import App, Message, Receive, Scope, Send
+from prfaas.serve.admin_auth import App, Receive, Scope, Send
+from prfaas.serve.edge import replay_body
 from prfaas.serve.errors import error_body
 
 TIMESTAMP_HEADER = "x-prfaas-timestamp"
@@ -149,7 +150,7 @@ class ControlAuthMiddleware:
         if problem is not None:
             await _refuse(send, 401, problem)
             return
-        await self._app(scope, _replay(body, receive), send)
+        await self._app(scope, replay_body(body, receive), send)
 
     def _problem(self, scope: Scope, body: bytes) -> str | None:
         """Why the request is refused (None: it is authentic and fresh)."""
@@ -193,20 +194,6 @@ async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
         if not message.get("more_body", False):
             break
     return b"".join(parts)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that hands the app the body read already, then the connection's events."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:

@@ -80,7 +80,7 @@ class EdgeGuard:
         try:
             if self.max_body_bytes is not None and scope["method"] in _BODY_METHODS:
                 body = await self._read_body(scope, receive)
-                receive = _replay(body, receive)
+                receive = replay_body(body, receive)
             await self.app(scope, receive, tracked_send)
         except ServeError as err:  # from the body checks: the route never ran
             if started:
@@ -155,7 +155,7 @@ def _check_content_type(value: str | None) -> None:
     )
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """A `receive` that hands the buffered body once, then the client's later messages
     (a disconnect) as they come."""
     sent = False
