@@ -57,6 +57,7 @@ def test_shed_answers_429_with_retry_after_and_counts_it(shedding: Launcher) -> 
         assert "predicted-ttft-over-slo" in error["message"]
     metrics = httpx.get(shedding.url + "/metrics", timeout=10).text
     assert 'prfaas:admission_rejections_total{reason="predicted-ttft-over-slo"} 2.0' in metrics
+    assert 'prfaas:requests_total{outcome="rejected",status="429"} 2.0' in metrics
 
 
 def test_admission_off_by_default_and_policy_built_from_spec() -> None:

@@ -8,7 +8,8 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:routing_decisions_total{path,reason}    counter
     prfaas:kv_transfer_bytes_total{path}           counter  KV bytes shipped prefill -> decode
     prfaas:prefix_hit_tokens_total{path}           counter  prompt tokens restored from cache
-    prfaas:requests_total{outcome,status}          counter  completed / failed / cancelled,
+    prfaas:requests_total{outcome,status}          counter  completed / failed / cancelled /
+                                                            rejected (admission, 429),
                                                             with the HTTP status answered
     prfaas:request_failures_total{kind}            counter  retried / request / instance
     prfaas:admission_rejections_total{reason}      counter  429s of admission control
@@ -169,7 +170,8 @@ class RouterMetrics:
         )
 
     def ended(self, outcome: str, status: int) -> None:
-        """Count a completions request that ended `completed`, `failed` or `cancelled`."""
+        """Count a completions request that ended `completed`, `failed`, `cancelled` or
+        `rejected` (admission control's 429)."""
         self.requests.labels(outcome, str(status)).inc()
 
     def observe(

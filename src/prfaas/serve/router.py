@@ -173,6 +173,9 @@ async def _complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respo
     except ClientGone:
         rt.metrics.ended("cancelled", CLIENT_GONE_STATUS)
         return Response(status_code=CLIENT_GONE_STATUS)
+    except AdmissionRejectedError as err:
+        rt.metrics.ended("rejected", err.status_code)
+        raise
     except ServeError as err:
         rt.metrics.ended("failed", err.status_code)
         raise
