@@ -192,9 +192,7 @@ def with_admission(body: ScenarioFile, mode: str | None, margin: float | None) -
         if mode not in {"off", "shed", "defer"}:
             raise SpecError(f"--admission: {mode!r} is not one of off, shed, defer")
         update["mode"] = mode
-    if margin is not None:
-        if margin < 0:
-            raise SpecError("--admission-margin must be >= 0")
+    if margin is not None:  # finite and >= 0: checked by the option's callback
         update["margin_fraction"] = margin
     admission = AdmissionFile.model_validate({**sim.admission.model_dump(), **update})
     return body.model_copy(update={"simulation": sim.model_copy(update={"admission": admission})})
