@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import hf_greedy, preset
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from prfaas.cli.app import app
 from prfaas.engine import Engine, EngineConfig, ExportedPrefill, LoadedModel, SamplingParams
+from prfaas.engine.batching import pads_unequal_lengths
 from prfaas.engine.cache_layout import derive_cache_layout
 from prfaas.engine.errors import ModelLoadError
 from prfaas.engine.models import load_model
@@ -140,3 +141,21 @@ def test_a_family_without_a_cache_layout_is_refused_from_its_config(tmp_path: Pa
         ModelLoadError, match=r"cannot serve this model: unsupported model_type 'rwkv'"
     ):
         load_model(str(tmp_path))
+
+
+def test_only_a_model_that_masks_a_padded_batch_wrongly_batches_by_length() -> None:
+    """MiniMax with a lightning layer first (its own order) attends to left pads: the probe
+    says so, and its batch of four above still equals `generate()`. The same model with
+    softmax first, and every other family, batches unequal lengths together."""
+    lightning_first = preset("tiny-minimax")
+    layout = derive_cache_layout(lightning_first.model, "tiny-minimax", 16)
+    assert not pads_unequal_lengths(lightning_first.model, layout)
+    config = lightning_first.model.config
+    rotated = config.layer_types[1:] + config.layer_types[:1]
+    softmax_first = dict(config.to_dict(), layer_types=rotated)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**softmax_first)).eval()
+    assert pads_unequal_lengths(model, derive_cache_layout(model, "softmax-first", 16))
+    for name in FAMILY_PRESETS:
+        if name != "tiny-minimax":
+            other = preset(name).model
+            assert pads_unequal_lengths(other, derive_cache_layout(other, name, 16)), name

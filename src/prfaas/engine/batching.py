@@ -123,3 +123,40 @@ class DecodeBatch:
 
 def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(tensor, (0, 0, width - tensor.shape[2], 0))
+
+
+_PROBE_LENGTHS = (6, 3)
+
+
+def pads_unequal_lengths(model: Any, layout: CacheLayout) -> bool:
+    """Whether one decode step of a left-padded batch (lengths 6 and 3) gives each request the
+    logits it gets alone. transformers sizes a model's attention mask from its cache's layer 0;
+    where that layer keeps no sequence (MiniMax with a lightning layer first) the padded
+    positions are not masked, and the engine then batches only requests of equal length."""
+    caches = []
+    with torch.no_grad():
+        for length in _PROBE_LENGTHS:
+            cache = layout.new_cache()
+            model(torch.arange(3, 3 + length).unsqueeze(0), cache=cache, use_cache=True)
+            caches.append(cache)
+        batch = DecodeBatch.stack(caches, _PROBE_LENGTHS, layout)
+        mask, positions = batch.inputs()
+        step = torch.full((len(caches), 1), 7, dtype=torch.long)
+        batched = model(
+            input_ids=step,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=batch.cache,
+            use_cache=True,
+        ).logits[:, -1]
+        for row, (cache, length) in enumerate(zip(caches, _PROBE_LENGTHS, strict=True)):
+            alone = model(
+                input_ids=step[row : row + 1],
+                position_ids=torch.tensor([[length]]),
+                cache=cache,
+                use_cache=True,
+            ).logits[0, -1]
+            scale = float(alone.abs().max())
+            if not torch.allclose(batched[row], alone, rtol=1e-3, atol=1e-3 * scale):
+                return False
+    return True

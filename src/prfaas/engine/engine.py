@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from prfaas.engine.batching import DecodeBatch
+from prfaas.engine.batching import DecodeBatch, pads_unequal_lengths
 from prfaas.engine.cache_layout import derive_cache_layout
 from prfaas.engine.config import EngineConfig
 from prfaas.engine.errors import BadRequestError
@@ -105,8 +105,9 @@ class Engine:
         self.paged = PagedCache(layout, self.config, model.hf_config)
         self._waiting: deque[_Pending] = deque()
         self._running: list[_Running] = []
-        self._batch: DecodeBatch | None = None
-        self._batch_ids: list[str] = []
+        #: Stacked caches by member ids; a member's own `cache` is stale while it is stacked.
+        self._batches: dict[tuple[str, ...], DecodeBatch] = {}
+        self._pads_batches = pads_unequal_lengths(model.model, layout)
 
     # --- requests in -------------------------------------------------------------------
 
@@ -194,10 +195,8 @@ class Engine:
                 return True
         for running in self._running:
             if running.pending.request_id == request_id:
-                keep = [r for r in self._running if r is not running]
-                if self._batch is not None:
-                    self._dissolve(self._batch, keep)
-                self._running = keep
+                self._dissolve_batches_of(running)
+                self._running = [r for r in self._running if r is not running]
                 self.paged.pool.release(RequestId(request_id))
                 return True
         return False
@@ -349,9 +348,22 @@ class Engine:
         )
 
     def _decode_step(self) -> list[Completion]:
-        batch = self._current_batch()
+        finished: list[Completion] = []
+        still: list[_Running] = []
+        for members, batch in self._current_batches():
+            done = self._decode(members, batch)
+            finished += done
+            if done:
+                self._dissolve(members)
+            ended = {c.request_id for c in done}
+            still += [r for r in members if r.pending.request_id not in ended]
+        self._running = still
+        return finished
+
+    def _decode(self, members: list[_Running], batch: DecodeBatch) -> list[Completion]:
+        """One forward for the batch's members; returns those that finished."""
         mask, positions = batch.inputs()
-        ids = torch.tensor([[r.generated[-1]] for r in self._running], dtype=torch.long)
+        ids = torch.tensor([[r.generated[-1]] for r in members], dtype=torch.long)
         with torch.no_grad():
             out = self.model.model(
                 input_ids=ids,
@@ -363,8 +375,7 @@ class Engine:
         batch.advance()
         block = self.paged.block_tokens
         finished: list[Completion] = []
-        still: list[_Running] = []
-        for row, running in enumerate(self._running):
+        for row, running in enumerate(members):
             length = batch.lengths[row]
             if length % block == 0:  # the token just fed completed a block
                 self.paged.write_attention(
@@ -377,37 +388,49 @@ class Engine:
                 )
             running.generated.append(running.sampler.sample(out.logits[row, -1]))
             done = self._emit(running, running.generated[-1])
-            if done is None:
-                still.append(running)
-            else:
+            if done is not None:
                 finished.append(done)
-        if finished:
-            self._dissolve(batch, still)
-        self._running = still
         return finished
 
-    def _current_batch(self) -> DecodeBatch:
-        """The stacked cache of the running requests, rebuilt only when membership changed."""
-        ids = [r.pending.request_id for r in self._running]
-        if self._batch is not None and ids == self._batch_ids:
-            return self._batch
-        if self._batch is not None:
-            self._dissolve(self._batch, self._running)
-        caches = [r.cache for r in self._running]
-        lengths = [r.length for r in self._running]
-        self._batch = DecodeBatch.stack(caches, lengths, self.paged.layout)
-        self._batch_ids = ids
-        return self._batch
+    def _decode_groups(self) -> list[list[_Running]]:
+        """The requests that share a forward: all of them, or those of one length when the
+        model masks a left-padded batch wrongly (`batching.pads_unequal_lengths`)."""
+        if self._pads_batches:
+            return [self._running]
+        by_length: dict[int, list[_Running]] = {}
+        for running in self._running:
+            by_length.setdefault(running.length, []).append(running)
+        return list(by_length.values())
 
-    def _dissolve(self, batch: DecodeBatch, keep: Sequence[_Running]) -> None:
+    def _current_batches(self) -> list[tuple[list[_Running], DecodeBatch]]:
+        """A stacked cache per decode group, rebuilt only when its membership changed."""
+        groups = self._decode_groups()
+        keys = [_ids(group) for group in groups]
+        for key in [k for k in self._batches if k not in keys]:
+            self._dissolve_key(key)
+        for key, group in zip(keys, groups, strict=True):
+            if key not in self._batches:
+                caches = [r.cache for r in group]
+                lengths = [r.length for r in group]
+                self._batches[key] = DecodeBatch.stack(caches, lengths, self.paged.layout)
+        return [(group, self._batches[key]) for key, group in zip(keys, groups, strict=True)]
+
+    def _dissolve(self, members: Sequence[_Running]) -> None:
+        self._dissolve_key(_ids(members))
+
+    def _dissolve_batches_of(self, running: _Running) -> None:
+        request_id = running.pending.request_id
+        for key in [k for k in self._batches if request_id in k]:
+            self._dissolve_key(key)
+
+    def _dissolve_key(self, key: tuple[str, ...]) -> None:
         """Give every member still running its own cache back; the batch is rebuilt later."""
-        wanted = {r.pending.request_id for r in keep}
-        for running, cache in zip(self._members(), batch.split(), strict=True):
-            if running.pending.request_id in wanted:
-                running.cache = cache
-        self._batch = None
-        self._batch_ids = []
-
-    def _members(self) -> list[_Running]:
+        batch = self._batches.pop(key)
         by_id = {r.pending.request_id: r for r in self._running}
-        return [by_id[i] for i in self._batch_ids]
+        for request_id, cache in zip(key, batch.split(), strict=True):
+            if request_id in by_id:
+                by_id[request_id].cache = cache
+
+
+def _ids(members: Sequence[_Running]) -> tuple[str, ...]:
+    return tuple(r.pending.request_id for r in members)

@@ -266,11 +266,11 @@ PRESETS: dict[str, ModelPreset] = {
             "MiniMax-Text-01 style: softmax and lightning attention, 4 layers, 2 experts",
             (
                 ("num_hidden_layers", 4),
-                # Softmax first, as transformers' default: its mask sizes come from layer 0,
-                # which for a lightning layer 0 would break batched decode of unequal lengths.
+                # Lightning first, as MiniMax-Text-01 orders its layers (see
+                # `engine.batching.pads_unequal_lengths` for what that changes in a batch).
                 (
                     "layer_types",
-                    ["full_attention", "linear_attention", "full_attention", "linear_attention"],
+                    ["linear_attention", "full_attention", "linear_attention", "full_attention"],
                 ),
                 ("num_local_experts", 2),
                 ("num_experts_per_tok", 1),
