@@ -4,7 +4,7 @@ on B, and B's next prefill restores it and gives the same tokens as a cold run."
 from __future__ import annotations
 
 import pytest
-from engine_helpers import SMALL, SYSTEM, hf_greedy, preset, prompt_ids
+from engine_helpers import CORE_NAMES, SMALL, SYSTEM, hf_greedy, preset, prompt_ids
 
 from prfaas.engine import CacheImportError, Engine, LoadedModel, SamplingParams
 from prfaas.engine.prefix_move import PrefixExport, PrefixRecord
@@ -18,9 +18,12 @@ def _warm(model: LoadedModel, prompt: list[int]) -> Engine:
     return a
 
 
-def test_a_moved_prefix_is_hit_and_gives_the_cold_tokens(hybrid_model: LoadedModel) -> None:
-    prompt = prompt_ids(hybrid_model, SYSTEM + "Move my prefix to the other cluster.")
-    a, b = _warm(hybrid_model, prompt), Engine(hybrid_model, SMALL)
+@pytest.mark.parametrize("name", CORE_NAMES)
+def test_a_moved_prefix_is_hit_and_gives_the_cold_tokens(name: str) -> None:
+    """Hybrid models and a dense one (no state group: a move is attention blocks only)."""
+    model = preset(name)
+    prompt = prompt_ids(model, SYSTEM + "Move my prefix to the other cluster.")
+    a, b = _warm(model, prompt), Engine(model, SMALL)
     export = a.export_prefix(prompt)
     assert export is not None
     k = (len(prompt) - 1) // SMALL.block_tokens
@@ -31,7 +34,7 @@ def test_a_moved_prefix_is_hit_and_gives_the_cold_tokens(hybrid_model: LoadedMod
     assert b.paged.pool.match(probe).hit_tokens == k * SMALL.block_tokens
     (completion,) = b.generate([prompt], GREEDY)
     assert completion.num_cached_tokens == k * SMALL.block_tokens
-    assert list(completion.token_ids) == hf_greedy(hybrid_model, prompt, 6)
+    assert list(completion.token_ids) == hf_greedy(model, prompt, 6)
     # bit for bit: every unit B holds for the prefix equals A's
     ids_a = a.paged.pool.match(probe)
     ids_b = b.paged.pool.match(probe)
@@ -45,10 +48,10 @@ def test_a_moved_prefix_is_hit_and_gives_the_cold_tokens(hybrid_model: LoadedMod
 def test_a_shared_prefix_moves_for_a_longer_prompt() -> None:
     """The holder served `prompt`; the target gets a longer prompt sharing it: the move
     carries the holder's deepest snapshot boundary, the target computes only the rest."""
-    hybrid_model = preset("tiny-qwen3-next")
-    prompt = prompt_ids(hybrid_model, SYSTEM + "A shared system prompt, then a question.")
-    longer = prompt + prompt_ids(hybrid_model, " And a follow-up.")[1:]
-    a, b = _warm(hybrid_model, prompt), Engine(hybrid_model, SMALL)
+    model = preset("tiny-qwen3-next")
+    prompt = prompt_ids(model, SYSTEM + "A shared system prompt, then a question.")
+    longer = prompt + prompt_ids(model, " And a follow-up.")[1:]
+    a, b = _warm(model, prompt), Engine(model, SMALL)
     export = a.export_prefix(longer)
     k = (len(prompt) - 1) // SMALL.block_tokens
     assert export is not None and export.num_blocks == k
@@ -56,7 +59,7 @@ def test_a_shared_prefix_moves_for_a_longer_prompt() -> None:
     assert b.import_prefix(export) == k
     (completion,) = b.generate([longer], GREEDY)
     assert completion.num_cached_tokens == k * SMALL.block_tokens
-    assert list(completion.token_ids) == hf_greedy(hybrid_model, longer, 6)
+    assert list(completion.token_ids) == hf_greedy(model, longer, 6)
 
 
 def test_nothing_to_move_and_mismatched_exports() -> None:

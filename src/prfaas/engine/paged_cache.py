@@ -144,9 +144,10 @@ class PagedCache:
             self.storage.scatter_units([self.pool.pages_of(block_id)], state_row(cache, codec))
 
     def snapshot_blocks(self, allocation: Allocation, boundary: int) -> list[BlockId] | None:
-        """Per state group, the snapshot block to fill at `boundary`, if the policy took one."""
+        """Per state group, the snapshot block to fill at `boundary`, if the policy took one
+        (a model without state groups: always, none)."""
         found = [dict(s.snapshots).get(boundary) for s in allocation.state]
-        if not found or any(b is None for b in found):
+        if any(b is None for b in found):
             return None
         return [b for b in found if b is not None]
 
