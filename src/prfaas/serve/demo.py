@@ -22,8 +22,9 @@ from prfaas.serve.startup import wait_with_progress
 from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
 from prfaas.specs.presets import PRESETS, random_weights_notice
 
-DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 4
-DOC_B = "Commodity Ethernet carries the KVCache of hybrid models between datacenters. " * 4
+# Long enough (~1,000 bytes: ~200 SmolLM2 tokens) to pass t = 96 with either tokenizer.
+DOC_A = "PrfaaS offloads long-context prefill to a remote cluster of compute-dense chips. " * 12
+DOC_B = "Commodity Ethernet carries the KVCache of hybrid models between datacenters. " * 12
 
 PROMPTS = (
     ("short", "What is PrfaaS?"),
