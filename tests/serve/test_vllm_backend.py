@@ -106,7 +106,9 @@ def _deployment(model_dir: Path, preset: str) -> Deployment:
 
 
 def _reference(model_dir: Path, preset: str, port: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, **CHILD_ENV, VLLM_CPU_KVCACHE_SPACE="1")
+    env = dict(
+        os.environ, **CHILD_ENV, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind"
+    )
     argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.serve_main", "serve"]
     argv += [str(model_dir), "--port", str(port), "--served-model-name", f"tiny-{preset}"]
     argv += ["--enforce-eager", "--max-model-len", "4096", "--dtype", DTYPES[preset]]

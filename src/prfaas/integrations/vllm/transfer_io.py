@@ -120,6 +120,7 @@ class TransferIO:
         return time.monotonic() - self._t0
 
     def _run(self) -> None:
+        _unpin_this_thread()
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._start())
@@ -201,9 +202,15 @@ class TransferIO:
         self.submit(go)
 
     def is_done(self, transfer_id: str) -> bool:
-        """Whether the transfer ended (completed, failed or aborted): its blocks may go."""
-        out = self._outgoing.get(transfer_id)
-        return out is None or out.done
+        """Whether the transfer ended (completed, failed or aborted): its blocks may go.
+        Asked on the loop, behind every operation already submitted: a transfer whose first
+        slice is still queued is not mistaken for one that ended."""
+
+        async def look() -> bool:
+            out = self._outgoing.get(transfer_id)
+            return out is None or out.done
+
+        return self.call(look)
 
     def forget(self, transfer_id: str) -> None:
         self.submit(lambda: self._outgoing.pop(transfer_id, None))
@@ -324,3 +331,13 @@ class TransferIO:
             scratch.write_text(json.dumps(self.status()))
             scratch.replace(target)
             await asyncio.sleep(self._settings.status_interval_s)
+
+
+def _unpin_this_thread() -> None:
+    """Let this thread, and the socket threads it starts, run on any CPU. vLLM's CPU worker
+    pins its process to its compute cores, where its scheduler loop spins between steps;
+    I/O threads that inherit that pin were measured waiting 5-7 s for a turn (two engines
+    pinned to core 0 of 2), stalling transfers that the other core could have run at once.
+    The compute threads keep their pin (Linux: affinity is per thread)."""
+    with contextlib.suppress(OSError):  # a cpuset that forbids the widening: keep the pin
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))

@@ -188,6 +188,7 @@ class VllmBackend:
         env = dict(os.environ)
         env.update(CHILD_ENV)
         env["VLLM_CPU_KVCACHE_SPACE"] = str(self._settings.kv_cache_gib)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = self._settings.cpu_threads_bind
         env[SECRET_ENV_VAR] = transfer_secret(self._deployment).decode()  # never on argv
         self._subscriber.start()
         self._child = subprocess.Popen(

@@ -1,7 +1,8 @@
 """The deployment file's `vllm:` block: how `backend: vllm` instances run their engine.
 
     model: /models/my-llama            # a local checkpoint directory (never downloaded)
-    vllm: {kv_cache_gib: 1, max_model_len: 4096, dtype: null, extra_args: []}
+    vllm: {kv_cache_gib: 1, max_model_len: 4096, dtype: null, cpu_threads_bind: nobind,
+           extra_args: []}
     instances:
       - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas, backend: vllm}
 
@@ -20,4 +21,8 @@ class VllmSpec(BaseModel):
     max_model_len: int = Field(default=4096, gt=0)
     dtype: str | None = None  # `--dtype`; None: the checkpoint's
     start_timeout_s: float = Field(default=1800.0, gt=0)  # 2 shared cores: minutes
+    # VLLM_CPU_OMP_THREADS_BIND: vLLM's "auto" pins every engine on a host to the same
+    # cores (on 2 cores: all of them to core 0, beside their spinning schedulers);
+    # "nobind" lets the OS place them. "auto" or a range ("0-15") suits a dedicated host.
+    cpu_threads_bind: str = Field(default="nobind", min_length=1)
     extra_args: tuple[str, ...] = ()  # more `vllm serve` flags, passed as they are
