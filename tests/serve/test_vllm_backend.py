@@ -139,7 +139,10 @@ def _wait_ok(url: str, path: str, timeout_s: float) -> None:
     while time.monotonic() < deadline:
         try:
             response = httpx.get(url + path, timeout=2.0)
-            if response.status_code == 200 and response.json().get("status", "ok") == "ok":
+            # vLLM's /health is a bare 200; prfaas's router answers {"status": "ok"}
+            if response.status_code == 200 and (
+                not response.content or response.json().get("status") == "ok"
+            ):
                 return
         except (httpx.HTTPError, ValueError):
             pass

@@ -37,8 +37,12 @@ the request in `get_finished`. A transfer that was aborted, timed out or lacks b
 reported through `failed_recving` and `get_block_ids_with_load_errors`, so vLLM recomputes
 the missing part locally: the request still completes, and nothing stays pinned.
 
-Layout: vLLM's CPU attention cache is [blocks, kv heads, block tokens, 2 x head dim] (LBHNC,
-K and V side by side); a logical block may span several kernel blocks. Slices are keyed by
+Layout: vLLM's CPU attention cache is allocated as [blocks, kv heads, block tokens, 2 x head
+dim], but how the tokens sit inside a block is the attention kernel's business (keys of every
+token then their values per head, packed per ISA). So a block always moves whole, bytes as
+they are in memory, also the prompt's last, partial one (its slice key still says the tokens
+it holds): no layout assumption, at the cost of up to one block per layer of padding per
+transfer. A logical block may span several kernel blocks. Slices are keyed by
 `SliceKey(tensor index, kv group, token start, token end)`, where the tensor index numbers
 every cache tensor of the model (attention layers one each, mamba layers one per state
 tensor) in layer-name order; both ends compute the same numbering from the same model.
@@ -272,8 +276,11 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
                     for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)
                 )
             elif isinstance(spec, AttentionSpec):
-                per_token = spec.real_page_size_bytes // spec.block_size
-                total += layers * per_token * attention_tokens
+                total += (
+                    layers
+                    * spec.real_page_size_bytes
+                    * math.ceil(attention_tokens / spec.block_size)
+                )
         return total
 
     def has_pending_push_work(self) -> bool:
@@ -384,12 +391,10 @@ class _Worker:
                 index += 1
             self._layer_order.append(name)
 
-    def _kernel(self, name: str, tensor: torch.Tensor) -> tuple[int, int]:
-        """(kernel blocks per logical block, tokens per kernel block) of an attention tensor."""
-        group = self._groups[self._group_of[name]]
-        logical = group.kv_cache_spec.block_size
-        kernel_tokens = tensor.shape[2]
-        return logical // kernel_tokens, kernel_tokens
+    def _kernel_blocks(self, name: str, tensor: torch.Tensor) -> int:
+        """Kernel blocks per logical block of an attention tensor (its dim 2: kernel tokens)."""
+        logical = self._groups[self._group_of[name]].kv_cache_spec.block_size
+        return int(logical // tensor.shape[2])
 
     # --- prefill: ship -----------------------------------------------------------------
 
@@ -414,16 +419,17 @@ class _Worker:
     def _ship_tokens(
         self, save: SaveSpec, name: str, group: int, index: int, tensor: torch.Tensor
     ) -> None:
+        """Blocks [ship_start, ship_end) of one cache tensor, whole (the last may be partial
+        in tokens, never in bytes), zero-copy from the cache: vLLM keeps them until sent."""
         logical = self._groups[group].kv_cache_spec.block_size
         ids = save.block_ids[group]
         peer = PeerAddress(save.host, save.port)
-        full_end = save.ship_end - save.ship_end % logical
-        per_block, kernel_tokens = self._kernel(name, tensor)
+        per_block = self._kernel_blocks(name, tensor)
         dtype = _dtype_name(tensor.dtype)
-        for block in range(save.ship_start // logical, full_end // logical):
+        for block in range(save.ship_start // logical, math.ceil(save.ship_end / logical)):
             rows = tensor[ids[block] * per_block : (ids[block] + 1) * per_block]
             start = block * logical
-            key = SliceKey(index, group, start, start + logical)
+            key = SliceKey(index, group, start, min(start + logical, save.ship_end))
             self.io.send_slice(
                 save.transfer_id,
                 peer,
@@ -431,18 +437,6 @@ class _Worker:
                 dtype=dtype,
                 shape=tuple(rows.shape),
                 payload=_raw(rows),
-            )
-        tail = save.ship_end - full_end
-        if tail and save.ship_end > save.ship_start:
-            base = ids[full_end // logical] * per_block
-            pieces = [
-                tensor[base + k][:, : min(kernel_tokens, tail - k * kernel_tokens)]
-                for k in range(math.ceil(tail / kernel_tokens))
-            ]
-            data = torch.cat([p.reshape(-1) for p in pieces])
-            key = SliceKey(index, group, full_end, save.ship_end)
-            self.io.send_slice(
-                save.transfer_id, peer, key, dtype=dtype, shape=(data.numel(),), payload=_raw(data)
             )
 
     def end_step(self, meta: PrfaasMetadata) -> None:
@@ -545,7 +539,7 @@ class _Worker:
         self, load: LoadSpec, name: str, group: int, tensor: torch.Tensor, got: list[Any]
     ) -> bool:
         logical = self._groups[group].kv_cache_spec.block_size
-        per_block, kernel_tokens = self._kernel(name, tensor)
+        per_block = self._kernel_blocks(name, tensor)
         ids = load.block_ids[group]
         covered = load.start
         for key, _, data in sorted(got, key=lambda item: item[0].token_start):
@@ -553,20 +547,15 @@ class _Worker:
                 continue  # the decode side holds this block already
             if key.token_start > covered:
                 return False
-            raw = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(tensor.dtype)
-            block = key.token_start // logical
-            base = ids[block] * per_block
-            tokens = key.token_end - key.token_start
-            if tokens == logical:
-                rows = tensor[base : base + per_block]
-                rows.copy_(raw.view(rows.shape))
-            else:
-                offset = 0
-                for k in range(math.ceil(tokens / kernel_tokens)):
-                    n = min(kernel_tokens, tokens - k * kernel_tokens)
-                    view = tensor[base + k][:, :n]
-                    view.copy_(raw[offset : offset + view.numel()].view(view.shape))
-                    offset += view.numel()
+            base = ids[key.token_start // logical] * per_block
+            rows = tensor[base : base + per_block]
+            if len(data) != rows.numel() * rows.element_size():
+                return False
+            rows.copy_(
+                torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                .view(rows.dtype)
+                .view(rows.shape)
+            )
             covered = max(covered, key.token_end)
         return covered >= load.end
 
