@@ -188,8 +188,9 @@ def _complete(url: str, model: str, prompt: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def _state(url: str) -> dict[str, Any]:
-    return dict(httpx.get(url + "/admin/state", timeout=10).json())
+def _state(stack: Stack) -> dict[str, Any]:
+    headers = stack.launcher.admin_headers
+    return dict(httpx.get(stack.prfaas_url + "/admin/state", headers=headers, timeout=10).json())
 
 
 @pytest.mark.parametrize("prompt", [SHORT, LONG], ids=["short", "long"])
@@ -216,9 +217,8 @@ def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:
     assert first["prfaas"]["hit_tokens"] == 0
     assert second["prfaas"]["prefill_instance"] == first["prfaas"]["prefill_instance"]
     assert second["prfaas"]["hit_tokens"] >= 1024  # vLLM computed only the tail
-    record = next(
-        r for r in reversed(_state(stack.prfaas_url)["recent_decisions"]) if r["status"] == "ok"
-    )
+    decisions = reversed(_state(stack)["recent_decisions"])
+    record = next(r for r in decisions if r["status"] == "completed")
     assert record["reused_prefix_tokens"] >= 1024  # the index, fed by vLLM's events, agreed
     # the decode instance held the prompt too: only what it lacked was shipped
     assert second["prfaas"]["kv_bytes"] < first["prfaas"]["kv_bytes"]
@@ -245,7 +245,7 @@ def test_killing_the_vllm_prefill_mid_request_retries_and_pins_nothing(stack: St
     thread.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the PrfaaS instance has the prefill in progress
-        state = httpx.get(_instance_url(stack, "prfaas-0") + "/state", timeout=5).json()
+        state = _instance_state(stack, "prfaas-0")
         if state["active_prefills"]:
             break
         time.sleep(0.05)
@@ -258,7 +258,7 @@ def test_killing_the_vllm_prefill_mid_request_retries_and_pins_nothing(stack: St
     deadline = time.monotonic() + REQUEST_TIMEOUT_S + 30
     while time.monotonic() < deadline:
         status = _connector_status(stack, "pdd-0")
-        state = httpx.get(_instance_url(stack, "pdd-0") + "/state", timeout=5).json()
+        state = _instance_state(stack, "pdd-0")
         if (
             status["active_receives"] == 0
             and status["staged_transfers"] == 0
@@ -271,5 +271,6 @@ def test_killing_the_vllm_prefill_mid_request_retries_and_pins_nothing(stack: St
     pytest.fail(f"the decode side still holds something: {status}, {state}")
 
 
-def _instance_url(stack: Stack, name: str) -> str:
-    return stack.launcher.deployment.instance(name).url
+def _instance_state(stack: Stack, name: str) -> dict[str, Any]:
+    url = stack.launcher.deployment.instance(name).url + "/state"
+    return dict(httpx.get(url, auth=stack.launcher.instance_auth(), timeout=5).json())

@@ -154,7 +154,8 @@ def _key(vllm_hash: Any) -> Any:
 
 
 class EventSubscriber:
-    """A ZMQ SUB socket on a daemon thread feeding `on_batch` with decoded batches."""
+    """A ZMQ SUB socket, bound to the instance's events port, on a daemon thread feeding
+    `on_batch` with decoded batches."""
 
     def __init__(self, endpoint: str, on_batch: Any) -> None:
         self._endpoint = endpoint
@@ -175,7 +176,9 @@ class EventSubscriber:
 
         socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
         socket.setsockopt(zmq.SUBSCRIBE, b"")
-        socket.connect(self._endpoint)
+        # vLLM's publisher binds only wildcard or ipc endpoints and connects to any other
+        # (`ZmqEventPublisher._is_bind_endpoint`), so on a host:port endpoint we listen
+        socket.bind(self._endpoint)
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         try:
