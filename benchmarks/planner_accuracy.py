@@ -2,7 +2,7 @@
 the simulated saturation throughput of the very deployment it planned, for PrfaaS-PD and
 homogeneous PD, on a trace. Prints JSON.
 
-    .venv/bin/python benchmarks/planner_accuracy.py --trace TRACE [--num-requests 4000]
+    .venv/bin/python benchmarks/planner_accuracy.py --trace TRACE [--num-requests 4000 --offset 0]
     .venv/bin/python benchmarks/planner_accuracy.py --prefix-heavy 4000 [--seed 0]
 
 Simulated saturation (docs/simulation.md, planner accuracy): the planned deployment (pinned,
@@ -106,7 +106,8 @@ def measure(trace_path: Path, factors: list[float]) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, help="a Mooncake-format trace")
-    parser.add_argument("--num-requests", type=int, default=0, help="first N (0: all)")
+    parser.add_argument("--num-requests", type=int, default=0, help="N from --offset (0: all)")
+    parser.add_argument("--offset", type=int, default=0, help="skip the first lines")
     parser.add_argument("--prefix-heavy", type=int, default=0, help="generate N requests")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--load-factors", default=DEFAULT_FACTORS)
@@ -120,11 +121,12 @@ def main() -> None:
             name = f"prefix-heavy ({args.prefix_heavy}, seed {args.seed})"
         else:
             path = args.trace
-            if args.num_requests:
+            if args.num_requests or args.offset:
                 path = Path(tmp) / "slice.jsonl"
-                lines = args.trace.read_text().splitlines()[: args.num_requests]
+                lines = args.trace.read_text().splitlines()[args.offset :]
+                lines = lines[: args.num_requests or None]
                 path.write_text("\n".join(lines) + "\n")
-            name = f"{args.trace.name} (first {args.num_requests or 'all'})"
+            name = f"{args.trace.name} ({args.num_requests or 'all'} from line {args.offset})"
         rows = measure(path, factors)
     print(json.dumps({"workload": name, "rows": rows}, indent=2))
 
