@@ -138,3 +138,29 @@ def test_every_request_is_accounted_for(
         assert uncached + cached == request.input_tokens
         assert uncached >= 1 and cached >= 0
         assert 1 <= routed <= request.input_tokens
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    num_prfaas=st.integers(0, 2),
+    num_pd_prefill=st.integers(1, 3),
+    time_scale=st.sampled_from([0.001, 0.5, 20.0]),
+)
+def test_no_request_hits_more_than_the_ideal_replay(
+    seed: int, num_prfaas: int, num_pd_prefill: int, time_scale: float
+) -> None:
+    """The pools hold a subset of what every earlier prompt left (per instance, committed
+    later, finite), so no request hits more than the pooled, unbounded, instant replay, up to
+    the named partial last block the pools also reuse (the ideal counts full blocks only)."""
+    trace = prefix_heavy_trace(PrefixHeavySpec(num_requests=80, seed=seed))
+    hw = SCENARIO.hardware
+    cache = CacheConfig.for_model(MODEL, block_tokens=512, capacity_bytes=256 * 2**30)
+    dep = PoolDeployment(num_prfaas, num_pd_prefill, 6000, hw.prfaas.profile, hw.pd.profile, cache)
+    pooled = pool_replay(trace, dep, time_scale)
+    ideal = replay_prefix_cache(trace, None)
+    for got, bound in zip(pooled.cached_tokens, ideal.cached_tokens, strict=True):
+        assert got <= bound + 512
+    assert pooled.hit_fraction <= ideal.hit_fraction + 512 * len(trace) / sum(
+        r.input_tokens for r in trace
+    )
