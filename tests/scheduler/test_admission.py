@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scheduler_fixtures import GB, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
@@ -122,3 +124,29 @@ def test_a_full_decode_batch_is_refused_even_when_prefill_is_quick() -> None:
     s.ledger.decode_done(RequestId("dec-0"))  # a slot frees on d0
     assert s.ledger.decoding_requests(InstanceId("d0")) == 7
     assert isinstance(s.route(req("r2", 5_000), make_view()), RouteDecision)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    input_tokens=st.integers(1, 200_000),
+    slo_s=st.floats(0.05, 60.0),
+    mode=st.sampled_from([AdmissionMode.SHED, AdmissionMode.DEFER]),
+)
+def test_an_idle_system_refuses_only_what_its_own_prefill_cannot_meet(
+    input_tokens: int, slo_s: float, mode: AdmissionMode
+) -> None:
+    """Nothing queued, nothing on the link, no decode batch: the prediction is the request's
+    bare prefill (and its KV across, for PrfaaS), so a request that fits is always admitted and
+    no refusal is ever blamed on a full decode batch."""
+    s = scheduler(mode, slo_s=slo_s)
+    view = make_view()
+    request = req("r", input_tokens)
+    decision = s.route(request, view)
+    if isinstance(decision, RouteDecision):
+        return
+    bare = scheduler(AdmissionMode.OFF).route(request, view)
+    assert isinstance(bare, RouteDecision)
+    if isinstance(decision, Rejection):
+        assert decision.reason is not RejectReason.DECODE_BATCH_FULL
+    predicted = predict_ttft_s(bare, request, view, s.ledger, s.config)
+    assert predicted > slo_s  # refused (or deferred) only when even an idle system is late

@@ -150,6 +150,26 @@ class HybridPrefixCache:
     def complete_transfer(self, transfer_id: TransferId) -> None:
         self._coordinator.complete_transfer(transfer_id)
 
+    def insert_prefix(self, request: CacheRequest, tokens: int) -> int:
+        """Cache the first `tokens` of `request` (rounded up to whole blocks) as a receiver of a
+        moved prefix stores it: its blocks and the state snapshot at its end, committed and
+        unpinned at once. Returns the blocks written; 0 when a full pool (nothing evictable)
+        has no room, which leaves the pool as it was."""
+        block = self.config.layout.block_tokens
+        num_blocks = min(-(-tokens // block), len(request.block_hashes))
+        if num_blocks <= 0:
+            return 0
+        moved = CacheRequest(
+            RequestId(f"{request.request_id}/moved"),
+            request.block_hashes[:num_blocks],
+            min(num_blocks * block, request.num_tokens),
+        )
+        if isinstance(self.allocate(moved), OutOfPages):
+            return 0
+        self.commit(moved.request_id)
+        self.release(moved.request_id)
+        return num_blocks
+
     def take_events(self) -> list[CacheEvent]:
         return self._pool.take_events()
 

@@ -10,27 +10,36 @@ every earlier prompt's blocks available at once. A deployment sees less:
 2. *Finite pools*: each instance has its own pool of the configured size (`CacheConfig`),
    with the pool's own eviction.
 3. *Per-instance caches and placement*: a prompt's prefix helps only on the instance that
-   holds it. Each request takes the path of the PrfaaS length rule (remote iff l - l_pd > t,
-   l_pd the best PD-P hit; all PD-P for homogeneous PD) and the instance `choose_prefill`
-   picks: cache affinity within (1 + epsilon) of the earliest finish.
+   holds it. The router sees what a `GlobalKVCacheIndex` fed with the pools' events holds
+   (committed blocks only, as in the simulator); each request takes the PrfaaS length rule's
+   path (plentiful link with cache moves: remote iff l - max(l_pd, l_prfaas) > t, the longer
+   prefix of the other cluster moved to the chosen instance; without moves remote iff
+   l - l_pd > t; all PD-P for homogeneous PD) and the instance `choose_prefill` picks with
+   the scheduler's ledger seconds (a running prefill at its full estimate).
 4. *Queueing*: instances run FCFS in virtual time at the offered rate (trace timestamps x
-   `time_scale`, prefill times from the profiles), and a request's blocks join its pool when
-   its prefill ends. A conversation turn that arrives while its previous turn still waits
-   therefore misses, as it does in the simulator near saturation.
+   `time_scale`, prefill times from the profiles). A request's hit is taken when its prefill
+   starts (the instance's earlier requests have committed by then) and its blocks are
+   published when it ends, so a conversation turn arriving while its previous turn still
+   waits is placed without knowing of it, as in the simulator near saturation.
 
-No decode, link or cache moves: those do not change what the prefill pools hold. The result
-is per-request uncached lengths the planner plans on (`Workload.from_replay`).
+No decode, link delays or surge gates: the model targets the saturation point, where they do
+not move what the prefill pools hold (past saturation the simulator's gates reroute and the
+two part). The result is per-request uncached lengths, and the length each request's path was
+judged by at dispatch (`PrefixReplay.routed_tokens`), which the planner plans on
+(`Workload.from_replay`: split by the judged length, stage work by the computed one).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache
 from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
-from prfaas.kvcache.values import OutOfPages
+from prfaas.kvcache.index import GlobalKVCacheIndex
+from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.planner.model import Hardware
 from prfaas.planner.plan import plan
 from prfaas.scheduler.load import DispatchLedger, choose_prefill
@@ -52,6 +61,17 @@ class PoolDeployment:
     pd_profile: PerfProfile
     cache: CacheConfig
     load_slack: float = 0.25
+    moves_cache: bool = True  # the host moves prefixes across clusters (a plentiful link)
+
+
+@dataclass(slots=True)
+class _Job:
+    seq: int
+    request: TraceRequest
+    cache_request: CacheRequest
+    moved_tokens: int  # a prefix moved here from the other cluster (0: none)
+    estimate_s: float  # what the scheduler's ledger counts for it (hit seen at dispatch)
+    has_entry: bool = False
 
 
 @dataclass(slots=True)
@@ -59,88 +79,150 @@ class _Instance:
     view: InstanceView
     pool: HybridPrefixCache
     profile: PerfProfile
-    busy_until_s: float = 0.0
+    queue: deque[_Job] = field(default_factory=deque)  # FCFS, the running job first
+    #: Estimated seconds of the jobs dispatched here and not yet done: what the scheduler's
+    #: `DispatchLedger` counts (a running prefill at its full estimate).
+    ledger_s: float = 0.0
 
 
 def _place(
-    candidates: list[_Instance],
-    hits: dict[InstanceId, int],
-    input_tokens: int,
-    now_s: float,
-    load_slack: float,
+    candidates: list[_Instance], reuse: dict[InstanceId, int], input_tokens: int, slack: float
 ) -> _Instance:
-    """The scheduler's prefill choice, with each instance's queue as its virtual busy time."""
+    """The scheduler's prefill choice (`choose_prefill`) with each instance's ledger seconds."""
     by_id = {i.view.instance_id: i for i in candidates}
 
     def work_s(view: InstanceView) -> float:
         inst = by_id[view.instance_id]
-        wait_s = max(0.0, inst.busy_until_s - now_s)
-        return wait_s + inst.profile.prefill_s(input_tokens - hits[view.instance_id])
+        return inst.ledger_s + inst.profile.prefill_s(input_tokens - reuse[view.instance_id])
 
     chosen = choose_prefill(
         [i.view for i in candidates],
-        lambda view: hits[view.instance_id],
+        lambda view: reuse[view.instance_id],
         work_s,
         DispatchLedger(),  # queued work is in work_s already; the ledger stays empty
-        load_slack,
+        slack,
     )
     return by_id[chosen.instance_id]
+
+
+class _Replay:
+    """The event loop of `pool_replay`: arrivals in order, prefill ends from a heap."""
+
+    def __init__(self, deployment: PoolDeployment, num_requests: int) -> None:
+        self.deployment = deployment
+        self.block_tokens = deployment.cache.layout.block_tokens
+        self.instances = [
+            _Instance(
+                InstanceView(InstanceId(f"{role}-{k}"), ClusterId(str(role)), role),
+                HybridPrefixCache(deployment.cache, InstanceId(f"{role}-{k}")),
+                deployment.prfaas_profile if role is Role.PRFAAS else deployment.pd_profile,
+            )
+            for role, count in (
+                (Role.PRFAAS, deployment.num_prfaas),
+                (Role.PD_PREFILL, deployment.num_pd_prefill),
+            )
+            for k in range(count)
+        ]
+        self.index = GlobalKVCacheIndex(deployment.cache.identity)
+        for inst in self.instances:
+            self.index.register_instance(
+                inst.view.instance_id, inst.view.cluster_id, deployment.cache.identity
+            )
+        self.ends: list[tuple[float, int, int]] = []  # (prefill end, seq, instance index)
+        self.cached = [0] * num_requests
+
+    def publish(self, inst: _Instance) -> None:
+        self.index.apply(inst.pool.take_events())
+
+    def start(self, position: int, now_s: float) -> None:
+        """Begin the head job of an instance: its hit is taken now (`PrefillFacet._begin`)."""
+        inst = self.instances[position]
+        job = inst.queue[0]
+        allocation = inst.pool.allocate(job.cache_request)
+        hit = job.moved_tokens
+        if not isinstance(allocation, OutOfPages):
+            job.has_entry = True
+            hit = max(hit, allocation.match.hit_tokens)
+        hit = min(hit, job.request.input_tokens - 1)
+        self.cached[job.seq] = hit
+        end_s = now_s + inst.profile.prefill_s(job.request.input_tokens - hit)
+        heapq.heappush(self.ends, (end_s, job.seq, position))
+
+    def finish_until(self, now_s: float) -> None:
+        """Every prefill ending by `now_s`: commit, publish, release the ledger, start the next."""
+        while self.ends and self.ends[0][0] <= now_s:
+            end_s, _, position = heapq.heappop(self.ends)
+            inst = self.instances[position]
+            job = inst.queue.popleft()
+            if job.has_entry:
+                inst.pool.commit(job.cache_request.request_id)
+                inst.pool.release(job.cache_request.request_id)
+            self.publish(inst)
+            inst.ledger_s = max(0.0, inst.ledger_s - job.estimate_s)
+            if inst.queue:
+                self.start(position, end_s)
+
+    def hits(self, request: TraceRequest, cache_request: CacheRequest) -> dict[InstanceId, int]:
+        """What the router sees: the index's restorable prefix per instance (committed only)."""
+        match = self.index.match(cache_request.block_hashes).per_instance
+        block, cap = self.block_tokens, request.input_tokens  # as the simulator's `_hits`
+        return {
+            i.view.instance_id: min(match.get(i.view.instance_id, 0) * block, cap)
+            for i in self.instances
+        }
+
+    def arrive(self, seq: int, request: TraceRequest, now_s: float) -> int:
+        """Route and dispatch one request; returns the uncached length its path was judged by."""
+        d = self.deployment
+        self.finish_until(now_s)
+        cache_request = d.cache.hash_scheme.mooncake_request(
+            RequestId(f"r{seq}"), request.hash_ids, request.input_tokens
+        )
+        hits = self.hits(request, cache_request)
+        pd = [i for i in self.instances if i.view.role is Role.PD_PREFILL]
+        remote = [i for i in self.instances if i.view.role is Role.PRFAAS]
+        l_pd = max((hits[i.view.instance_id] for i in pd), default=0)
+        l_prfaas = max((hits[i.view.instance_id] for i in remote), default=0)
+        moved = 0
+        if d.moves_cache and pd and remote:
+            routed = request.input_tokens - max(l_pd, l_prfaas)
+            is_remote = routed > d.threshold_tokens
+            # The longer prefix in the other cluster crosses (PrfaasPolicy, plentiful link).
+            if is_remote and l_pd > l_prfaas:
+                moved = l_pd
+            elif not is_remote and l_prfaas > l_pd:
+                moved = l_prfaas
+        else:
+            routed = request.input_tokens - l_pd
+            is_remote = bool(remote) and (not pd or routed > d.threshold_tokens)
+        candidates = remote if is_remote else pd
+        reuse = {i.view.instance_id: max(hits[i.view.instance_id], moved) for i in candidates}
+        chosen = _place(candidates, reuse, request.input_tokens, d.load_slack)
+        if moved > hits[chosen.view.instance_id]:
+            chosen.pool.insert_prefix(cache_request, moved)
+            self.publish(chosen)
+        estimate_s = chosen.profile.prefill_s(request.input_tokens - reuse[chosen.view.instance_id])
+        chosen.ledger_s += estimate_s
+        chosen.queue.append(_Job(seq, request, cache_request, moved, estimate_s))
+        if len(chosen.queue) == 1:
+            self.start(self.instances.index(chosen), now_s)
+        return max(1, routed)
 
 
 def pool_replay(
     requests: Sequence[TraceRequest], deployment: PoolDeployment, time_scale: float
 ) -> PrefixReplay:
-    """Uncached and cached tokens of each request (arrival order); module docstring."""
-    scheme = deployment.cache.hash_scheme
-    instances = [
-        _Instance(
-            InstanceView(InstanceId(f"{role}-{k}"), ClusterId(str(role)), role),
-            HybridPrefixCache(deployment.cache, InstanceId(f"{role}-{k}")),
-            deployment.prfaas_profile if role is Role.PRFAAS else deployment.pd_profile,
-        )
-        for role, count in (
-            (Role.PRFAAS, deployment.num_prfaas),
-            (Role.PD_PREFILL, deployment.num_pd_prefill),
-        )
-        for k in range(count)
+    """Uncached and cached tokens of each request (arrival order), and the uncached length its
+    path was judged by at dispatch; module docstring."""
+    replay = _Replay(deployment, len(requests))
+    routed = [
+        replay.arrive(seq, request, request.timestamp_ms / 1000.0 * time_scale)
+        for seq, request in enumerate(requests)
     ]
-    pd = [i for i in instances if i.view.role is Role.PD_PREFILL]
-    remote = [i for i in instances if i.view.role is Role.PRFAAS]
-    pending: list[tuple[float, int, int, RequestId]] = []  # (commit at, seq, instance, rid)
-    uncached: list[int] = []
-    cached: list[int] = []
-    for seq, request in enumerate(requests):
-        now_s = request.timestamp_ms / 1000.0 * time_scale
-        while pending and pending[0][0] <= now_s:
-            _, _, index, rid = heapq.heappop(pending)
-            instances[index].pool.commit(rid)
-            instances[index].pool.release(rid)
-        rid = RequestId(f"r{seq}")
-        cache_request = scheme.mooncake_request(rid, request.hash_ids, request.input_tokens)
-        hits = {
-            i.view.instance_id: min(
-                i.pool.match(cache_request).hit_tokens, request.input_tokens - 1
-            )
-            for i in instances
-        }
-        l_pd = max((hits[i.view.instance_id] for i in pd), default=0)
-        is_remote = bool(remote) and (
-            not pd or request.input_tokens - l_pd > deployment.threshold_tokens
-        )
-        chosen = _place(
-            remote if is_remote else pd, hits, request.input_tokens, now_s, deployment.load_slack
-        )
-        allocation = chosen.pool.allocate(cache_request)
-        hit = 0
-        if not isinstance(allocation, OutOfPages):
-            hit = min(allocation.match.hit_tokens, request.input_tokens - 1)
-        start_s = max(now_s, chosen.busy_until_s)
-        chosen.busy_until_s = start_s + chosen.profile.prefill_s(request.input_tokens - hit)
-        if not isinstance(allocation, OutOfPages):
-            heapq.heappush(pending, (chosen.busy_until_s, seq, instances.index(chosen), rid))
-        uncached.append(request.input_tokens - hit)
-        cached.append(hit)
-    return PrefixReplay(tuple(uncached), tuple(cached))
+    replay.finish_until(float("inf"))
+    cached = replay.cached
+    uncached = [r.input_tokens - c for r, c in zip(requests, cached, strict=True)]
+    return PrefixReplay(tuple(uncached), tuple(cached), tuple(routed))
 
 
 @dataclass(frozen=True, slots=True)

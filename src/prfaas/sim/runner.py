@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prfaas.kvcache.cache import CacheConfig
-from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
+from prfaas.kvcache.ids import ClusterId, InstanceId
 from prfaas.kvcache.index import GlobalKVCacheIndex
-from prfaas.kvcache.values import CacheRequest, OutOfPages
+from prfaas.kvcache.values import CacheRequest
 from prfaas.metrics.records import GapRuns, RequestRecord
 from prfaas.scheduler import (
     AdmissionConfig,
@@ -327,21 +327,10 @@ class Simulator:
         pool, cache_request = inst.prefill.pool, job.cache_request
         if pool is None or cache_request is None:
             return
-        block = self.config.block_tokens
-        num_blocks = min(-(-tokens // block), len(cache_request.block_hashes))
-        if num_blocks <= 0:
-            return
-        moved = CacheRequest(
-            RequestId(f"{cache_request.request_id}/moved"),
-            cache_request.block_hashes[:num_blocks],
-            min(num_blocks * block, cache_request.num_tokens),
-        )
-        if isinstance(pool.allocate(moved), OutOfPages):
-            return
-        pool.commit(moved.request_id)
-        pool.release(moved.request_id)
-        self.moved_blocks += num_blocks
-        self._publish(inst)
+        num_blocks = pool.insert_prefix(cache_request, tokens)
+        if num_blocks:
+            self.moved_blocks += num_blocks
+            self._publish(inst)
 
     def prefill_started(self, job: PrefillJob, estimate_s: float) -> None:
         if job.decision.path is ServePath.PRFAAS:

@@ -187,20 +187,42 @@ class TruncatedLognormal:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class EmpiricalLengths:
-    """Observed lengths (e.g. a trace's post-prefix-match uncached lengths), each equally likely."""
+    """Observed lengths (e.g. a trace's post-prefix-match uncached lengths), each equally likely.
+
+    `work_tokens`, when given, is what each sample's prefill really computes where that differs
+    from the length a router judges it by (`samples_tokens`): a pool replay sees a request's
+    hit at dispatch, and the prefill, starting later, may find more of it cached (its previous
+    turn committed meanwhile). The histogram then splits by the judged length (which requests
+    cross a threshold) and its bins carry the mean *work* of their samples (what each side
+    computes); the mean is the mean work.
+    """
 
     samples_tokens: NDArray[np.int64]
+    work_tokens: NDArray[np.int64] | None = None
 
     @classmethod
-    def of(cls, samples_tokens: Sequence[int] | NDArray[np.int64]) -> EmpiricalLengths:
+    def of(
+        cls,
+        samples_tokens: Sequence[int] | NDArray[np.int64],
+        work_tokens: Sequence[int] | NDArray[np.int64] | None = None,
+    ) -> EmpiricalLengths:
         samples = np.asarray(samples_tokens, dtype=np.int64)
         if samples.size == 0 or np.any(samples < 1):
             raise ValueError("need at least one sample, every sample at least 1 token")
-        return cls(samples)
+        if work_tokens is None:
+            return cls(samples)
+        work = np.asarray(work_tokens, dtype=np.int64)
+        if work.shape != samples.shape or np.any(work < 1):
+            raise ValueError("work_tokens: one per sample, each at least 1 token")
+        return cls(samples, work)
+
+    @property
+    def _work(self) -> NDArray[np.int64]:
+        return self.samples_tokens if self.work_tokens is None else self.work_tokens
 
     @property
     def mean_tokens(self) -> float:
-        return float(self.samples_tokens.mean())
+        return float(self._work.mean())
 
     @property
     def max_tokens(self) -> float:
@@ -211,7 +233,7 @@ class EmpiricalLengths:
         # Bin i holds (edges[i], edges[i+1]]: a sample equal to an edge belongs to the bin below.
         index = np.searchsorted(edges, self.samples_tokens, side="left") - 1
         counts = np.bincount(index, minlength=len(edges) - 1).astype(np.float64)
-        sums = np.bincount(index, weights=self.samples_tokens, minlength=len(edges) - 1)
+        sums = np.bincount(index, weights=self._work, minlength=len(edges) - 1)
         midpoints = (edges[:-1] + edges[1:]) / 2
         means = np.where(counts > 0, sums / np.maximum(counts, 1.0), midpoints)
         return LengthHistogram(edges, counts / counts.sum(), means)

@@ -70,6 +70,9 @@ class PrefixReplay:
 
     uncached_tokens: tuple[int, ...]
     cached_tokens: tuple[int, ...]
+    #: The uncached length a router judged each request by at dispatch, where a model knows
+    #: it differs from what the prefill computed (`scheduler.hit_model`); None: the same.
+    routed_tokens: tuple[int, ...] | None = None
 
     @property
     def hit_fraction(self) -> float:

@@ -70,7 +70,11 @@ class Workload:
         """The lengths a replay of `requests` left uncached (this module's or a pool model's)."""
         num = len(requests)
         return cls(
-            uncached_input=EmpiricalLengths.of(replay.uncached_tokens),
+            uncached_input=(
+                EmpiricalLengths.of(replay.uncached_tokens)
+                if replay.routed_tokens is None
+                else EmpiricalLengths.of(replay.routed_tokens, replay.uncached_tokens)
+            ),
             mean_input_tokens=sum(r.input_tokens for r in requests) / num,
             mean_output_tokens=sum(r.output_tokens for r in requests) / num,
             prefix_hit_fraction=replay.hit_fraction,
