@@ -118,6 +118,28 @@ def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == [MODEL]
 
 
+def test_n_samples_differ_when_sampling_and_agree_when_greedy(client: openai.OpenAI) -> None:
+    sampled = client.completions.create(
+        model=MODEL, prompt=[SHORT, LONG], n=2, max_tokens=12, temperature=1.0, seed=7
+    )
+    assert [c.index for c in sampled.choices] == [0, 1, 2, 3]
+    texts = [c.text for c in sampled.choices]
+    assert texts[0] != texts[1] and texts[2] != texts[3]  # seeds 7 and 8
+    alone = client.completions.create(
+        model=MODEL, prompt=SHORT, max_tokens=12, temperature=1.0, seed=7
+    )
+    assert alone.choices[0].text == texts[0]  # sample 0 is the prompt alone, same seed
+    greedy = client.completions.create(model=MODEL, prompt=SHORT, n=3, max_tokens=12, temperature=0)
+    assert {c.text for c in greedy.choices} == {_complete(client, SHORT)[0]}
+
+
+def test_a_token_id_prompt_is_the_text_it_encodes(client: openai.OpenAI) -> None:
+    ids = [257, *SHORT.encode()]  # the byte tokenizer: <bos> + UTF-8
+    out = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0)
+    assert out.choices[0].text == _complete(client, SHORT)[0]
+    assert out.usage is not None and out.usage.prompt_tokens == len(ids)
+
+
 def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI) -> None:
     _complete(client, "short prompt below t")
     _complete(client, "A different long prompt that is well above the threshold. " * 5)

@@ -87,6 +87,7 @@ class BackendInfo:
     cache: CacheIdentity
     peer: PeerIdentity
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
+    vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

@@ -60,6 +60,7 @@ from prfaas.specs.model import ModelSpec
 from prfaas.transfer import identity_for
 
 BOS_ID = 257
+VOCAB_SIZE = 259  # the byte tokenizer's (engine.tokenizer): bytes, <pad>, <bos>, <eos>
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
 MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
@@ -137,6 +138,7 @@ class EmulatedBackend:
                 lambda n: self.profile.prefill_s(n) * self.emulation.time_factor,
                 self.scaled_kv_bytes,
             ),
+            vocab_size=VOCAB_SIZE,
         )
         self.num_waiting = 0
         self.num_running = 0

@@ -45,6 +45,12 @@ SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.Generator seeds, signed 64-bit
 MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (as vLLM's _SAMPLING_EPS)
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_CHARS = 1000
+MAX_TOKEN_ID = 2**31 - 1
+MAX_CHOICES = 128  # prompts x n: each is a request of its own through the scheduler
+PROMPT_SHAPES = "a string, a list of strings, a list of token ids or a list of token-id lists"
+
+#: One prompt: text (tokenized by an instance) or token ids (taken as they are).
+Prompt = str | list[int]
 
 
 def _unset(value: Any) -> bool:
@@ -68,7 +74,6 @@ REFUSED: dict[str, Callable[[Any], bool]] = {
     "tool_choice": lambda v: v is None or v == "none",
     "functions": _unset,
     "function_call": lambda v: v is None or v == "none",
-    "n": lambda v: v is None or v == 1,
     "presence_penalty": lambda v: v is None or v == 0,
     "frequency_penalty": lambda v: v is None or v == 0,
     "repetition_penalty": lambda v: v is None or v == 1,
@@ -96,6 +101,7 @@ class _Request(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     ignore_eos: bool = False
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
 
     @field_validator("stop")
     @classmethod
@@ -127,20 +133,56 @@ class _Request(BaseModel):
         return max(0, self.top_k)  # -1 (vLLM's "off") is 0 here
 
 
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    )
+
+
+def check_prompt(value: Any) -> Any:
+    """`value` if it is one of OpenAI's prompt shapes with nothing empty, else a ValueError
+    saying what is wrong (before pydantic's union, whose messages name its branches)."""
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("the prompt is empty")
+        return value
+    if not isinstance(value, list):
+        raise ValueError(f"the prompt must be {PROMPT_SHAPES}")
+    if not value:
+        raise ValueError("the prompt is empty")
+    if _is_token_ids(value):
+        items: list[Any] = [value]
+    elif all(isinstance(v, str) for v in value) or all(_is_token_ids(v) for v in value):
+        items = value
+    else:
+        raise ValueError(f"the prompt must be {PROMPT_SHAPES}")
+    for index, item in enumerate(items):
+        if not item:
+            raise ValueError(f"prompt {index} is empty")
+        if isinstance(item, list) and not all(0 <= t <= MAX_TOKEN_ID for t in item):
+            raise ValueError(f"prompt {index}: token ids are integers in [0, {MAX_TOKEN_ID}]")
+    return value
+
+
 class CompletionRequest(_Request):
-    prompt: str | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
+
+    _prompt_shape = field_validator("prompt", mode="before")(check_prompt)
 
     @model_validator(mode="after")
-    def _one_prompt(self) -> CompletionRequest:
-        if isinstance(self.prompt, list) and len(self.prompt) != 1:
-            raise ValueError("exactly one prompt per request is supported")
-        if not self.text:
-            raise ValueError("the prompt is empty")
+    def _bounded_choices(self) -> CompletionRequest:
+        if len(self.prompts) * self.n > MAX_CHOICES:
+            raise ValueError(
+                f"{len(self.prompts)} prompts x n {self.n} is more than {MAX_CHOICES} choices"
+            )
         return self
 
     @property
-    def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def prompts(self) -> list[Prompt]:
+        """The prompts, in order: a string or a token-id list is one prompt."""
+        if isinstance(self.prompt, str) or _is_token_ids(self.prompt):
+            return [self.prompt]  # type: ignore[list-item]
+        return list(self.prompt)  # type: ignore[arg-type]
 
 
 class TextPart(BaseModel):
@@ -181,12 +223,20 @@ class ChatCompletionRequest(_Request):
 
     @property
     def text(self) -> str:
-        """A plain transcript: presets have no chat template (checkpoints would use theirs)."""
-        lines = [f"{m.speaker}: {m.text}" for m in self.messages]
-        return "\n".join([*lines, "assistant:"])
+        return transcript(self.messages)
+
+    @property
+    def prompts(self) -> list[Prompt]:
+        return [self.text]
 
 
-_R = TypeVar("_R", bound=_Request)
+def transcript(messages: list[ChatMessage]) -> str:
+    """A plain transcript: presets have no chat template (checkpoints would use theirs)."""
+    lines = [f"{m.speaker}: {m.text}" for m in messages]
+    return "\n".join([*lines, "assistant:"])
+
+
+_R = TypeVar("_R", bound=BaseModel)
 
 
 def parse_body(raw: bytes, kind: type[_R], max_body_bytes: int) -> _R:
@@ -202,8 +252,10 @@ def parse_body(raw: bytes, kind: type[_R], max_body_bytes: int) -> _R:
         first = max(err.errors(), key=lambda e: (e["type"] == "value_error", len(e["loc"])))
         where = ".".join(str(p) for p in first["loc"]) or "body"
         param = str(first["loc"][0]) if first["loc"] else None
-        raise BadRequestError(f"{where}: {first['msg']}", param=param) from None
-    _refuse_unhonoured(data)
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise BadRequestError(f"{where}: {message}", param=param) from None
+    if isinstance(req, _Request):
+        _refuse_unhonoured(data)
     return req
 
 
@@ -221,24 +273,35 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
 FINISH: dict[str, str] = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; `cached_tokens` are the prompt tokens served from the prefix cache
+    (vLLM gives them with --enable-prompt-tokens-details; here always)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
-def choice(is_chat: bool, text: str, finish: str | None, *, delta: bool) -> dict[str, Any]:
+def choice(
+    is_chat: bool,
+    text: str,
+    finish: str | None,
+    *,
+    delta: bool,
+    index: int = 0,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     reason = FINISH.get(finish, finish) if finish is not None else None
     if not is_chat:
-        return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+        return {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}
     key = "delta" if delta else "message"
     return {
-        "index": 0,
+        "index": index,
         key: {"role": "assistant", "content": text},
         "finish_reason": reason,
-        "logprobs": None,
+        "logprobs": logprobs,
     }
 
 

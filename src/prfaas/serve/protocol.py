@@ -5,6 +5,7 @@
                                              prefill timing)
     GET  /state?since=N                ->    InstanceState (load, cache events after seq N)
     POST /tokenize    TokenizeRequest  ->    TokenizeResult
+    POST /detokenize  TokenizeResult   ->    DetokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
     POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy)
@@ -80,6 +81,7 @@ class InstanceInfo(_Body):
     timing: TimingBody | None = None  # None: an older instance (the router assumes linear)
     can_move_prefix: bool = False  # its backend exports and imports cached prefixes
     reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
+    vocab_size: int | None = None  # token ids it takes are below it (None: it checks itself)
 
 
 class CacheEventBody(_Body):
@@ -130,6 +132,10 @@ class TokenizeRequest(_Body):
 
 class TokenizeResult(_Body):
     token_ids: list[int]
+
+
+class DetokenizeResult(_Body):
+    text: str
 
 
 class Sampling(_Body):

@@ -361,6 +361,7 @@ class TorchBackend(EngineWorker):
             peer=identity_for(
                 engine.paged.layout.spec, deployment.block_tokens, deployment.hash_seed
             ),
+            vocab_size=int(model.hf_config.vocab_size),
         )
 
     def encode(self, text: str) -> list[int]:
