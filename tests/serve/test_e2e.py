@@ -133,6 +133,69 @@ def test_n_samples_differ_when_sampling_and_agree_when_greedy(client: openai.Ope
     assert {c.text for c in greedy.choices} == {_complete(client, SHORT)[0]}
 
 
+def _sse_events(response: httpx.Response) -> list[dict]:
+    lines = [line for line in response.text.split("\n\n") if line]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+@pytest.mark.parametrize("prompt", [SHORT, LONG])  # PD-P, and PrfaaS (first token remote)
+def test_completion_logprobs_stream_and_not(launcher: Launcher, prompt: str) -> None:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 3}
+    whole = httpx.post(launcher.url + "/v1/completions", json=body, timeout=120).json()
+    (c,) = whole["choices"]
+    lp = c["logprobs"]
+    assert whole["prfaas"]["path"] == ("pd-p" if prompt == SHORT else "prfaas")
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 8
+    assert lp["text_offset"][0] == 0
+    rows = zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True)
+    for token, logprob, top in rows:
+        assert logprob <= 0 and 1 <= len(top) <= 4  # the sampled token and the top 3
+        assert top[token] == logprob == max(top.values())  # greedy: the sampled is the best
+    streamed = httpx.post(
+        launcher.url + "/v1/completions", json={**body, "stream": True}, timeout=120
+    )
+    parts = [e["choices"][0] for e in _sse_events(streamed) if e["choices"]]
+    tokens = [t for p in parts if p["logprobs"] for t in p["logprobs"]["tokens"]]
+    logprobs = [v for p in parts if p["logprobs"] for v in p["logprobs"]["token_logprobs"]]
+    offsets = [v for p in parts if p["logprobs"] for v in p["logprobs"]["text_offset"]]
+    assert (tokens, offsets) == (lp["tokens"], lp["text_offset"])
+    assert logprobs == pytest.approx(lp["token_logprobs"], abs=1e-5)
+
+
+def test_chat_logprobs_have_openais_shape(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = out.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 4
+    for entry in content:
+        assert len(entry.top_logprobs) == 2
+        assert entry.top_logprobs[0].logprob == entry.logprob  # greedy
+        assert entry.bytes is not None and len(entry.bytes) >= 1
+    chunks = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        stream=True,
+    )
+    streamed = [
+        e
+        for c in chunks
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content or []
+    ]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert all(e.top_logprobs == [] for e in streamed)
+
+
 def test_a_token_id_prompt_is_the_text_it_encodes(client: openai.OpenAI) -> None:
     ids = [257, *SHORT.encode()]  # the byte tokenizer: <bos> + UTF-8
     out = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0)

@@ -244,3 +244,23 @@ def test_k_prompts_and_n_samples_give_k_times_n_choices(
     body = _complete(live, prompt=prompts, n=n, max_tokens=2)
     assert [c["index"] for c in body["choices"]] == list(range(len(prompts) * n))
     assert body["usage"]["prompt_tokens"] == sum(len(_ids(p)) for p in prompts)
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/completions", {"prompt": "x", "logprobs": 2}),
+        ("/v1/completions", {"prompt": "x", "logprobs": 0}),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "logprobs": True},
+        ),
+    ],
+)
+def test_emulated_instances_refuse_logprobs_rather_than_make_them_up(
+    live: Launcher, path: str, fields: dict[str, Any]
+) -> None:
+    response = _post(live, path, model=MODEL, **fields)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == ("logprobs", "unsupported_parameter")

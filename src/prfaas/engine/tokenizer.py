@@ -32,6 +32,13 @@ class Tokenizer(Protocol):
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
+    def token_piece(self, token_id: int) -> tuple[str, bytes]:
+        """One token as text and as the bytes it stands for (logprobs name tokens so)."""
+        ...
+
+
+SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
+
 
 class ByteTokenizer:
     """UTF-8 bytes plus <bos>; the same text always gives the same ids."""
@@ -46,6 +53,13 @@ class ByteTokenizer:
     def decode(self, token_ids: Sequence[int]) -> str:
         data = bytes(t for t in token_ids if 0 <= t < BYTE_VOCAB_SIZE)
         return data.decode("utf-8", errors="replace")
+
+    def token_piece(self, token_id: int) -> tuple[str, bytes]:
+        if 0 <= token_id < BYTE_VOCAB_SIZE:
+            raw = bytes([token_id])  # a lone byte of a multi-byte character: U+FFFD as text
+            return raw.decode("utf-8", errors="replace"), raw
+        name = SPECIAL_NAMES.get(token_id, "")
+        return name, name.encode()
 
 
 class HfTokenizer:
@@ -70,6 +84,10 @@ class HfTokenizer:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
+    def token_piece(self, token_id: int) -> tuple[str, bytes]:
+        text = str(self._tokenizer.decode([token_id], skip_special_tokens=False))
+        return text, text.encode("utf-8")
 
 
 def _byte_chars() -> list[str]:

@@ -54,11 +54,13 @@ class PrefillDone:
 
     first_token: int | None
     hit_tokens: int
+    first_logprob: p.Logprob | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Token:
     token_id: int
+    logprob: p.Logprob | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class BackendInfo:
     peer: PeerIdentity
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
     vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
+    computes_logprobs: bool = False  # its engine reports token logprobs (torch)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

@@ -27,7 +27,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import AdmissionRejectedError
-from prfaas.serve.errors import ModelNotFoundError, ServeError
+from prfaas.serve.errors import BadRequestError, ModelNotFoundError, ServeError
 from prfaas.serve.flow import (
     Placed,
     RouterRuntime,
@@ -50,7 +50,9 @@ from prfaas.serve.openai_api import (
     ChatCompletionRequest,
     CompletionRequest,
     Prompt,
+    chat_logprobs,
     choice,
+    completion_logprobs,
     envelope,
     parse_body,
     usage,
@@ -83,10 +85,14 @@ class Choice:
     finish: str | None = None
     completion_tokens: int = 0
     ttft_s: float = 0.0
+    logprobs: list[p.Logprob] = field(default_factory=list)
+    streamed_chars: int = 0  # text sent so far in a stream (the next token's text_offset)
 
     def add(self, chunk: p.DecodeChunk, started: float) -> None:
         if not self.ttft_s:
             self.ttft_s = time.monotonic() - started
+        if chunk.logprob is not None:
+            self.logprobs.append(chunk.logprob)
         self.text += chunk.text
         self.completion_tokens = chunk.num_completion_tokens or self.completion_tokens
         if chunk.finish_reason is not None:
@@ -112,6 +118,7 @@ def _sampling(req: AnyRequest, max_tokens: int, sample: int) -> p.Sampling:
         seed=nth_seed(req.seed or 0, sample),
         stop=req.stops,
         ignore_eos=req.ignore_eos,
+        logprobs=req.num_logprobs,
     )
 
 
@@ -130,6 +137,14 @@ async def _prepare(
     req = parse_body(raw, kind, rt.deployment.router.max_body_bytes)
     if req.model != rt.deployment.model_name:
         raise ModelNotFoundError(f"the model {req.model!r} does not exist")
+    if req.num_logprobs is not None and not rt.registry.computes_logprobs():
+        err = BadRequestError(
+            "logprobs: this deployment's instances compute no logprobs (emulated or vllm "
+            "backend; docs/serving.md)",
+            param="logprobs",
+        )
+        err.code = "unsupported_parameter"
+        raise err
     prompts = req.prompts
     tokens = await asyncio.gather(*(_prompt_tokens(rt, pr, i) for i, pr in enumerate(prompts)))
     wanted = req.max_tokens
@@ -264,7 +279,14 @@ async def complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respon
         req.model,
         chunk=False,
         choices=[
-            choice(is_chat, c.text, c.finish, delta=False, index=c.job.index)
+            choice(
+                is_chat,
+                c.text,
+                c.finish,
+                delta=False,
+                index=c.job.index,
+                logprobs=_logprobs(req, is_chat, c.logprobs),
+            )
             for c in sorted(choices.values(), key=lambda c: c.job.index)
         ],
         usage=_usage(choices),
@@ -329,9 +351,15 @@ async def _sse(
             c.add(item, started)
             if c.finish is not None:
                 _observe(rt, c, time.monotonic() - started)
-            if not item.text and item.finish_reason is None:
+            logprobs = None
+            if item.logprob is not None:
+                logprobs = _logprobs(req, is_chat, [item.logprob], c.streamed_chars)
+                c.streamed_chars += len(item.logprob.token)
+            if not item.text and item.finish_reason is None and logprobs is None:
                 continue
-            part = choice(is_chat, item.text, item.finish_reason, delta=True, index=index)
+            part = choice(
+                is_chat, item.text, item.finish_reason, delta=True, index=index, logprobs=logprobs
+            )
             yield _event(envelope(is_chat, response_id, req.model, chunk=True, choices=[part]))
     except ServeError as err:
         rt.metrics.ended("failed", err.status_code)
@@ -357,6 +385,18 @@ async def _sse(
             )
         )
     yield b"data: [DONE]\n\n"
+
+
+def _logprobs(
+    req: AnyRequest, is_chat: bool, entries: list[p.Logprob], text_offset: int = 0
+) -> dict[str, Any] | None:
+    """The choice's `logprobs` in the endpoint's shape (None when not asked for)."""
+    num_top = req.num_logprobs
+    if num_top is None:
+        return None
+    if is_chat:
+        return chat_logprobs(entries)
+    return completion_logprobs(entries, num_top, text_offset)
 
 
 def _usage(choices: dict[int, Choice]) -> dict[str, Any]:

@@ -95,6 +95,12 @@ def output_token(prompt: Sequence[int], index: int) -> int:
     return OUTPUT_ALPHABET[mixed % len(OUTPUT_ALPHABET)]
 
 
+def _no_logprobs(sampling: p.Sampling) -> None:
+    """Logprobs are refused, not made up: an emulated instance computes no logits."""
+    if sampling.logprobs is not None:
+        raise BadRequestError("logprobs: the emulated backend computes no logits", param="logprobs")
+
+
 @dataclass(slots=True)
 class _Prefill:
     request_id: str
@@ -191,6 +197,7 @@ class EmulatedBackend:
         tokens: list[int],
         sampling: p.Sampling,
     ) -> asyncio.Queue[Item]:
+        _no_logprobs(sampling)
         self._check_fits(tokens, sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
         assert self._prefills is not None, "start() first"
@@ -241,6 +248,7 @@ class EmulatedBackend:
         body: p.DecodeRequest,
         slices: Sequence[KvSlice],
     ) -> asyncio.Queue[Item]:
+        _no_logprobs(body.sampling)
         self._check_fits(body.token_ids, body.sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
         self._decodes[body.request_id] = _Decode(body, out)

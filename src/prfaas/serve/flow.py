@@ -303,7 +303,14 @@ async def _attempt(
         rt.metrics.kv_bytes.labels(decision.path.value).inc(result.kv_bytes)
         rt.metrics.hit_tokens.labels(decision.path.value).inc(result.hit_tokens)
         yield Placed(request_id, decision, result, len(tokens), record.get("move"))
+        first_logprob = result.first_logprob  # the prefill instance sampled the first token
         async for chunk in _decode(rt, decision, tokens, result.first_token, sampling):
+            if first_logprob is not None and chunk.token_id is not None:
+                if chunk.logprob is None:
+                    yield chunk.model_copy(update={"logprob": first_logprob})
+                    first_logprob = None
+                    continue
+                first_logprob = None
             yield chunk
         record["status"] = "completed"
     except BaseException as err:

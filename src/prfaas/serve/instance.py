@@ -181,6 +181,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         can_move_prefix=isinstance(backend, PrefixMover),
         reports_cached_prefix=isinstance(backend, CachedPrefixReporter),
         vocab_size=facts.vocab_size,
+        computes_logprobs=facts.computes_logprobs,
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),
@@ -295,6 +296,7 @@ async def _run_prefill(
         num_slices=num_slices,
         prefill_s=prefill_s,
         transfer_s=time.monotonic() - started - prefill_s,
+        first_logprob=item.first_logprob,
     )
 
 
@@ -360,7 +362,7 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
             delta = ""
             if text.startswith(sent) and not text.endswith("\ufffd"):
                 delta, sent = text[len(sent) :], text
-            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta))
+            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
             rt.worker.cancel(body.request_id)

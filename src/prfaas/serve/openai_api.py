@@ -11,8 +11,10 @@ non-empty stop strings of at most `MAX_STOP_CHARS` characters.
 
 OpenAI parameters the engine does not honour (`REFUSED`) are refused with a 400 naming the
 parameter (`param`, code `unsupported_parameter`) whenever they ask for something other than
-the default: a client that asks for logprobs must not get a response without them. Fields
-nobody defines are ignored, as OpenAI-compatible servers do.
+the default: a client that asks for `echo` must not get a response without it. Fields
+nobody defines are ignored, as OpenAI-compatible servers do. `logprobs` (completions: 0..20;
+chat: `logprobs: true` with `top_logprobs` 0..20) are computed by the engine and shaped here
+(`completion_logprobs`, `chat_logprobs`).
 
 Chat: `content` is a string or a list of parts, whose `text` parts are joined (any other part
 type is a 400); role `developer` is taken as `system`.
@@ -39,6 +41,7 @@ from pydantic import (
 
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError
 from prfaas.serve.jsonbody import load_json
+from prfaas.serve.protocol import Logprob, TopLogprob
 
 MAX_TOKENS_LIMIT = 1_000_000
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.Generator seeds, signed 64-bit as sent on
@@ -47,6 +50,7 @@ MAX_STOP_SEQUENCES = 16
 MAX_STOP_CHARS = 1000
 MAX_TOKEN_ID = 2**31 - 1
 MAX_CHOICES = 128  # prompts x n: each is a request of its own through the scheduler
+MAX_LOGPROBS = 20  # top alternatives per token (vLLM's default max_logprobs)
 PROMPT_SHAPES = "a string, a list of strings, a list of token ids or a list of token-id lists"
 
 #: One prompt: text (tokenized by an instance) or token ids (taken as they are).
@@ -63,8 +67,6 @@ def _text_format(value: Any) -> bool:
 
 #: OpenAI parameters the engine does not honour: name -> "the value asks for nothing".
 REFUSED: dict[str, Callable[[Any], bool]] = {
-    "logprobs": _unset,
-    "top_logprobs": lambda v: v is None or v == 0,
     "echo": _unset,
     "best_of": lambda v: v is None or v == 1,
     "suffix": lambda v: v is None or v == "",
@@ -166,6 +168,7 @@ def check_prompt(value: Any) -> Any:
 
 class CompletionRequest(_Request):
     prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
 
     _prompt_shape = field_validator("prompt", mode="before")(check_prompt)
 
@@ -176,6 +179,11 @@ class CompletionRequest(_Request):
                 f"{len(self.prompts)} prompts x n {self.n} is more than {MAX_CHOICES} choices"
             )
         return self
+
+    @property
+    def num_logprobs(self) -> int | None:
+        """None: no logprobs; k: each token's and its top k alternatives'."""
+        return self.logprobs
 
     @property
     def prompts(self) -> list[Prompt]:
@@ -220,6 +228,18 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def text(self) -> str:
@@ -303,6 +323,43 @@ def choice(
         "finish_reason": reason,
         "logprobs": logprobs,
     }
+
+
+def completion_logprobs(
+    entries: list[Logprob], num_top: int, text_offset: int = 0
+) -> dict[str, Any]:
+    """OpenAI's completions `logprobs` for `entries` (one per token): tokens, their
+    logprobs, per token a dict of the sampled and the top `num_top` tokens (None when
+    `num_top` is 0), and each token's character offset in the text from `text_offset`."""
+    offsets: list[int] = []
+    for entry in entries:
+        offsets.append(text_offset)
+        text_offset += len(entry.token)
+    top = [_by_text([e, *e.top]) for e in entries]
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": top if num_top else None,
+        "text_offset": offsets,
+    }
+
+
+def _by_text(tokens: list[Logprob | TopLogprob]) -> dict[str, float]:
+    """{text: logprob}, the first token of each text kept (tokens whose texts collide, such
+    as lone bytes shown as U+FFFD, keep the sampled or better one)."""
+    out: dict[str, float] = {}
+    for t in tokens:
+        out.setdefault(t.token, t.logprob)
+    return out
+
+
+def chat_logprobs(entries: list[Logprob]) -> dict[str, Any]:
+    """OpenAI's chat `logprobs`: per token its text, logprob, bytes and top alternatives."""
+
+    def named(t: TopLogprob) -> dict[str, Any]:
+        return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes}
+
+    return {"content": [{**named(e), "top_logprobs": [named(t) for t in e.top]} for e in entries]}
 
 
 def envelope(

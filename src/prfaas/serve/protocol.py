@@ -82,6 +82,7 @@ class InstanceInfo(_Body):
     can_move_prefix: bool = False  # its backend exports and imports cached prefixes
     reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
     vocab_size: int | None = None  # token ids it takes are below it (None: it checks itself)
+    computes_logprobs: bool = False  # its engine reports token logprobs (the torch one)
 
 
 class CacheEventBody(_Body):
@@ -138,6 +139,22 @@ class DetokenizeResult(_Body):
     text: str
 
 
+class TopLogprob(_Body):
+    """A token's log-probability, with the token as text and as the bytes it stands for."""
+
+    token_id: int
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class Logprob(TopLogprob):
+    """A generated token's log-probability and the most likely tokens' (`top`, best first),
+    from the raw logits (`engine.sampling.TokenLogprob`)."""
+
+    top: list[TopLogprob] = []
+
+
 class Sampling(_Body):
     """Checked again on the instance (defence in depth: the router checked it first), so a
     request the engine cannot honour is a request-scoped 4xx there, never a worker error."""
@@ -149,6 +166,7 @@ class Sampling(_Body):
     seed: int = Field(ge=-(2**63), le=2**63 - 1)
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default=[], max_length=16)
     ignore_eos: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)  # None: none; k: sampled + top k
 
 
 class PrefillRequest(_Body):
@@ -168,6 +186,7 @@ class PrefillResult(_Body):
     num_slices: int
     prefill_s: float
     transfer_s: float
+    first_logprob: Logprob | None = None  # when the sampling asked for logprobs
 
 
 class DecodeRequest(_Body):
@@ -183,6 +202,7 @@ class DecodeChunk(_Body):
 
     token_id: int | None = None
     text: str = ""
+    logprob: Logprob | None = None  # the token's, when the sampling asked for logprobs
     finish_reason: str | None = None
     num_prompt_tokens: int = 0
     num_completion_tokens: int = 0

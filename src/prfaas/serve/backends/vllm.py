@@ -265,6 +265,8 @@ class VllmBackend:
     # --- prefill -----------------------------------------------------------------------
 
     def _sampling(self, sampling: p.Sampling, max_tokens: int) -> dict[str, Any]:
+        if sampling.logprobs is not None:  # the router refuses them first (computes_logprobs)
+            raise BadRequestError("logprobs: not carried by the vllm backend", param="logprobs")
         return {
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
