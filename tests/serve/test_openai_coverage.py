@@ -200,7 +200,23 @@ def test_tokenize_gives_the_ids_the_completions_use(live: Launcher) -> None:
         ("/tokenize", {"model": "other", "prompt": "x"}, 404, None),
         ("/tokenize", {"model": MODEL, "prompt": ""}, 400, "prompt"),
         ("/tokenize", {"model": MODEL, "prompt": 5}, 400, "prompt"),
-        ("/tokenize", {"model": MODEL, "prompt": "x", "add_special_tokens": False}, 400, None),
+        ("/tokenize", {"model": MODEL, "messages": [], "add_special_tokens": True}, 400, None),
+        (
+            "/tokenize",
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "add_special_tokens": True,
+            },
+            400,
+            None,
+        ),
+        (
+            "/tokenize",
+            {"model": MODEL, "prompt": "x", "return_token_strs": True},
+            400,
+            None,
+        ),
         ("/tokenize", {"model": MODEL, "messages": []}, 400, "messages"),
         ("/detokenize", {"model": MODEL, "tokens": [-1]}, 400, "tokens"),
         ("/detokenize", {"model": MODEL, "tokens": ["a"]}, 400, "tokens"),
@@ -217,7 +233,7 @@ def test_bad_tokenizer_calls_are_openai_errors(
     assert error["type"] == "invalid_request_error"
     if param is not None:
         assert error["param"] == param
-    if "add_special_tokens" in body:
+    if body.get("add_special_tokens") and body.get("messages"):
         assert (error["param"], error["code"]) == ("add_special_tokens", "unsupported_parameter")
 
 
@@ -231,6 +247,8 @@ _TEXT = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=
 def test_detokenize_inverts_tokenize(live: Launcher, text: str) -> None:
     tokens = _post(live, "/tokenize", model=MODEL, prompt=text).json()["tokens"]
     assert tokens == _ids(text)
+    plain = _post(live, "/tokenize", model=MODEL, prompt=text, add_special_tokens=False)
+    assert plain.json()["tokens"] == list(text.encode())  # vLLM's switch: no <bos>
     assert _post(live, "/detokenize", model=MODEL, tokens=tokens).json() == {"prompt": text}
 
 

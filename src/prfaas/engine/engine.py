@@ -126,9 +126,13 @@ class Engine:
 
     # --- requests in -------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """A prompt's ids as the completions prefill them (specials, chat template), or
+        with `add_special_tokens=False` the text's own ids only."""
         if not text:
             raise BadRequestError("the prompt is empty")
+        if not add_special_tokens:
+            return self.model.tokenizer.encode_text(text)
         return self.model.tokenizer.encode_prompt(text, chat=self.model.is_chat)
 
     def submit(

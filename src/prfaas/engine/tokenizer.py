@@ -30,6 +30,11 @@ class Tokenizer(Protocol):
         """Token ids of a prompt; `chat` wraps it in the model's chat template, if any."""
         ...
 
+    def encode_text(self, text: str) -> list[int]:
+        """The text's own ids: no special tokens, no template (vLLM's
+        `add_special_tokens: false`)."""
+        ...
+
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
     def token_piece(self, token_id: int) -> tuple[str, bytes]:
@@ -48,7 +53,10 @@ class ByteTokenizer:
         return frozenset({EOS_ID})
 
     def encode_prompt(self, text: str, *, chat: bool) -> list[int]:
-        return [BOS_ID, *text.encode("utf-8")]
+        return [BOS_ID, *self.encode_text(text)]
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
 
     def decode(self, token_ids: Sequence[int]) -> str:
         data = bytes(t for t in token_ids if 0 <= t < BYTE_VOCAB_SIZE)
@@ -81,6 +89,9 @@ class HfTokenizer:
             )
             return list(self._tokenizer.encode(rendered, add_special_tokens=False))
         return list(self._tokenizer.encode(text))
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))

@@ -173,10 +173,11 @@ class EmulatedBackend:
         for task in self._tasks:
             task.cancel()
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         if not text:
             raise BadRequestError("the prompt is empty")
-        return [BOS_ID, *text.encode("utf-8")]
+        ids = list(text.encode("utf-8"))
+        return [BOS_ID, *ids] if add_special_tokens else ids
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")

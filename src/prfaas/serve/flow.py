@@ -191,9 +191,10 @@ async def _judge(rt: RouterRuntime, inst: LiveInstance, what: str, err: Exceptio
     return InstanceDown(f"{what} instance {inst.name} is down: {err!r}")
 
 
-async def tokenize(rt: RouterRuntime, text: str) -> list[int]:
-    """The prompt's token ids, as the served model's tokenizer gives them (an instance's)."""
-    body = p.TokenizeRequest(text=text)
+async def tokenize(rt: RouterRuntime, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    """The prompt's token ids, as the served model's tokenizer gives them (an instance's);
+    without special tokens and chat template when `add_special_tokens` is False."""
+    body = p.TokenizeRequest(text=text, add_special_tokens=add_special_tokens)
     return (await _ask_any(rt, "/tokenize", body, p.TokenizeResult)).token_ids
 
 

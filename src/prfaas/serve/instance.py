@@ -545,7 +545,8 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
-        return p.TokenizeResult(token_ids=rt.worker.encode(body.text))
+        ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
+        return p.TokenizeResult(token_ids=ids)
 
     @app.post("/detokenize")
     async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:

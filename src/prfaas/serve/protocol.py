@@ -129,6 +129,7 @@ class RoleRequest(_Body):
 
 class TokenizeRequest(_Body):
     text: str
+    add_special_tokens: bool = True  # False: the text's own ids (no <bos>, no template)
 
 
 class TokenizeResult(_Body):

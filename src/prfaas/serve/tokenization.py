@@ -14,9 +14,11 @@ ids `/tokenize` returns are exactly the ones `/v1/completions` would prefill for
                                              max_model_len, permission: [...]}]}
     GET  /version     {version}
 
-vLLM's switches that would tokenize differently than the completions endpoints do
-(`add_special_tokens` other than its default for the form, `add_generation_prompt: false`,
-`continue_final_message: true`, `return_token_strs: true`) are refused with a 400
+`add_special_tokens: false` on a prompt gives the text's own ids (no `<bos>`, no chat
+template), as vLLM; `vllm bench serve` sends it to check its local tokenizer against the
+server's. vLLM's switches that would tokenize a chat differently than the chat endpoint
+does (`add_special_tokens: true`, `add_generation_prompt: false`,
+`continue_final_message: true`) and `return_token_strs: true` are refused with a 400
 `unsupported_parameter`, never silently ignored.
 """
 
@@ -88,13 +90,12 @@ async def tokenize_body(rt: RouterRuntime, raw: bytes) -> dict[str, Any]:
         text = transcript(body.messages)
     else:
         body = parse_body(raw, TokenizePrompt, limit)
-        if not body.add_special_tokens:
-            _refuse("add_special_tokens", False)
         text = body.prompt
     if isinstance(data, dict) and data.get("return_token_strs"):
         _refuse("return_token_strs", data["return_token_strs"])
     _checked_model(rt, body)
-    tokens = await tokenize(rt, text)
+    special = body.add_special_tokens or is_chat  # chat: always as the chat endpoint does
+    tokens = await tokenize(rt, text, add_special_tokens=special)
     return {
         "count": len(tokens),
         "max_model_len": rt.registry.max_context_tokens(),

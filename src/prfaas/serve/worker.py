@@ -386,9 +386,9 @@ class TorchBackend(EngineWorker):
             computes_logprobs=True,
         )
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         try:
-            return self.engine.encode(text)
+            return self.engine.encode(text, add_special_tokens=add_special_tokens)
         except BadRequestError as err:
             raise errors.BadRequestError(str(err)) from None
 

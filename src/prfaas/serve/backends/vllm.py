@@ -245,11 +245,15 @@ class VllmBackend:
 
     # --- tokens ------------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """vLLM's own tokenization (what `vllm serve` alone would feed the model)."""
         if not text:
             raise BadRequestError("the prompt is empty")
-        body = {"model": self._deployment.model_name, "prompt": text}
+        body = {
+            "model": self._deployment.model_name,
+            "prompt": text,
+            "add_special_tokens": add_special_tokens,
+        }
         response = self._sync.post(self.url + "/tokenize", json=body)
         if response.status_code != 200:
             raise BadRequestError(f"vLLM could not tokenize the prompt: {response.text[:200]}")
