@@ -70,7 +70,9 @@ HOP_HEADERS = {"host", "content-length", "connection", "accept-encoding", "autho
 
 
 def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run `argv` (its output to stderr: stdout is the JSON report's)."""
     print("$ " + " ".join(argv), file=sys.stderr)
+    kwargs.setdefault("stdout", sys.stderr)
     return subprocess.run(argv, text=True, check=True, **kwargs)
 
 
@@ -100,6 +102,10 @@ VLLM_BENCH_SERVE = (
 def ensure_vllm() -> list[str]:
     """`vllm bench serve` in the vLLM venv (`make setup-vllm`)."""
     _run(["make", "-C", str(REPO_ROOT), "setup-vllm"])
+    return vllm_bench_argv()
+
+
+def vllm_bench_argv() -> list[str]:
     return [str(VLLM_VENV / "bin" / "python"), "-c", VLLM_BENCH_SERVE]
 
 
@@ -225,7 +231,7 @@ def run_guidellm(
         "--disable-console-interactive",
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GUIDELLM__LOGGING__CONSOLE_LOG_LEVEL": "WARNING"}
-    _run(argv, env=env, stdout=sys.stderr)
+    _run(argv, env=env)
     return {"command": _shown(argv, url, tokenizer, out), **guidellm_summary(out)}
 
 
@@ -256,11 +262,11 @@ def run_vllm_bench(
         "--random-input-len", str(args.input_tokens),
         "--random-output-len", str(args.output_tokens),
         "--num-prompts", str(args.requests), "--request-rate", str(args.rate),
-        "--seed", "0", "--ignore-eos",
+        "--burstiness", "1000", "--seed", "0", "--ignore-eos",
         "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    _run(argv, env=env, stdout=sys.stderr)
+    _run(argv, env=env)
     result = json.loads(out.read_text())
     return {
         "command": _shown(argv, url, tokenizer, out),
@@ -280,7 +286,7 @@ def run_prfaas_bench(url: str, args: argparse.Namespace, out: Path) -> dict[str,
         "--json", "--save", str(out),
     ]  # fmt: skip
     _run(argv, stdout=subprocess.DEVNULL)
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())["metrics"]  # prfaas.metrics/1
     ttft = report["ttft_s"]
     return {
         "command": _shown(argv, url, None, out),
@@ -294,13 +300,12 @@ def run_prfaas_bench(url: str, args: argparse.Namespace, out: Path) -> dict[str,
 
 def _shown(argv: list[str], url: str, tokenizer: Path | None, out: Path) -> str:
     """The command as docs/bench.md shows it (placeholders for the run's own paths)."""
-    text = " ".join(
-        Path(a).name if a.startswith(str(REPO_ROOT)) and "/bin/" in a else a for a in argv
-    )
-    text = text.replace(url, "http://127.0.0.1:8000")
+    text = " ".join(argv).replace(" ".join(vllm_bench_argv()), "vllm bench serve")
+    text = text.replace(str(REPO_ROOT) + "/", "").replace(".bench-venvs/guidellm/bin/", "")
+    text = text.replace(".venv/bin/", "").replace(url, "http://127.0.0.1:8000")
     if tokenizer is not None:
         text = text.replace(str(tokenizer), "tokenizer/")
-    return text.replace(str(out.parent) + "/", "").replace(str(out), out.name)
+    return text.replace(str(out), out.name).replace(str(out.parent), ".")
 
 
 def main() -> None:

@@ -94,6 +94,8 @@ class Choice:
         if chunk.logprob is not None:
             self.logprobs.append(chunk.logprob)
         self.text += chunk.text
+        if chunk.token_id is not None:
+            self.completion_tokens += 1  # so far; the final chunk says how many in all
         self.completion_tokens = chunk.num_completion_tokens or self.completion_tokens
         if chunk.finish_reason is not None:
             self.finish = chunk.finish_reason
@@ -360,7 +362,10 @@ async def _sse(
             part = choice(
                 is_chat, item.text, item.finish_reason, delta=True, index=index, logprobs=logprobs
             )
-            yield _event(envelope(is_chat, response_id, req.model, chunk=True, choices=[part]))
+            extra = {"usage": _choice_usage(c)} if req.continuous_usage else {}
+            yield _event(
+                envelope(is_chat, response_id, req.model, chunk=True, choices=[part], **extra)
+            )
     except ServeError as err:
         rt.metrics.ended("failed", err.status_code)
         yield _event(err.body())
@@ -397,6 +402,12 @@ def _logprobs(
     if is_chat:
         return chat_logprobs(entries)
     return completion_logprobs(entries, num_top, text_offset)
+
+
+def _choice_usage(c: Choice) -> dict[str, Any]:
+    """One choice's usage so far (a chunk's, with `continuous_usage_stats`)."""
+    hit = c.placed.prefill.hit_tokens if c.placed is not None else 0
+    return usage(len(c.job.tokens), c.completion_tokens, hit)
 
 
 def _usage(choices: dict[int, Choice]) -> dict[str, Any]:

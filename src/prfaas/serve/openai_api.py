@@ -126,6 +126,13 @@ class _Request(BaseModel):
         return bool(self.stream_options and self.stream_options.get("include_usage"))
 
     @property
+    def continuous_usage(self) -> bool:
+        """vLLM's `stream_options.continuous_usage_stats` (with `include_usage`): usage in
+        every chunk of a stream, not only in the last one."""
+        asked = bool(self.stream_options and self.stream_options.get("continuous_usage_stats"))
+        return asked and self.include_usage
+
+    @property
     def sampling_temperature(self) -> float:
         """The temperature the engine uses: 0 (greedy) below `MIN_TEMPERATURE`."""
         return self.temperature if self.temperature >= MIN_TEMPERATURE else 0.0
