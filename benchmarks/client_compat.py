@@ -9,7 +9,9 @@ venv that `make setup-vllm` builds, `.venv-vllm`). The server is `prfaas up` on 
 emulated PrfaaS-PD deployment of `prfaas-1t` (a PrfaaS prefill, a PD prefill, a PD decode;
 t = 128 tokens, so prompts of `--input-tokens` > t take the PrfaaS path), and every tool
 sends the same bounded load: `--requests` requests of `--input-tokens` prompt tokens and
-`--output-tokens` output tokens at `--rate` requests/s, streamed. The clients count tokens
+`--output-tokens` output tokens at `--rate` requests/s, streamed, to `/v1/completions` and
+then to `/v1/chat/completions` (guidellm's chat messages are lists of content parts, the
+shape the issue found refused). The clients count tokens
 with the served model's tokenizer, written by `prfaas tokenizer --model prfaas-1t`.
 
 With `--record FILE` the clients talk to a recording proxy in front of the router, which
@@ -216,12 +218,16 @@ def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 # --- the tools --------------------------------------------------------------------------
 
 
+ROUTES = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
 def run_guidellm(
-    guidellm: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path
+    guidellm: Path, url: str, tokenizer: Path, args: argparse.Namespace, out: Path, *, api: str
 ) -> dict[str, Any]:
+    backend = f"kind=openai_http,target={url},model={MODEL},request_format={ROUTES[api]}"
     argv = [
         str(guidellm), "run",
-        "--backend", f"kind=openai_http,target={url},model={MODEL},request_format=/v1/completions",
+        "--backend", backend,
         "--profile", f"kind=constant,rate={args.rate}",
         "--constraint", f"kind=max_requests,count={args.requests}",
         "--data", f"kind=synthetic_text,prompt_tokens={args.input_tokens},"
@@ -252,11 +258,12 @@ def guidellm_summary(path: Path) -> dict[str, Any]:
 
 
 def run_vllm_bench(
-    vllm: list[str], url: str, tokenizer: Path, args: argparse.Namespace, out: Path
+    vllm: list[str], url: str, tokenizer: Path, args: argparse.Namespace, out: Path, *, api: str
 ) -> dict[str, Any]:
+    backend = "openai-chat" if api == "chat" else "openai"
     argv = [
         *vllm,
-        "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+        "--backend", backend, "--base-url", url, "--endpoint", ROUTES[api],
         "--model", MODEL, "--tokenizer", str(tokenizer),
         "--dataset-name", "random",
         "--random-input-len", str(args.input_tokens),
@@ -278,9 +285,9 @@ def run_vllm_bench(
     }
 
 
-def run_prfaas_bench(url: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run_prfaas_bench(url: str, args: argparse.Namespace, out: Path, *, api: str) -> dict[str, Any]:
     argv = [
-        str(PRFAAS), "bench", "--endpoint", url,
+        str(PRFAAS), "bench", "--endpoint", url, "--api", api,
         "--workload", f"fixed:in={args.input_tokens},out={args.output_tokens}",
         "--num-requests", str(args.requests), "--rate", str(args.rate), "--burstiness", "1000",
         "--json", "--save", str(out),
@@ -334,15 +341,20 @@ def main() -> None:
             target = f"http://127.0.0.1:{recorder.port}"
         try:
             results: dict[str, Any] = {}
-            if recorder is not None:
-                recorder.client = "guidellm"
-            results["guidellm"] = run_guidellm(guidellm, target, tokenizer, args, work / "g.json")
-            if recorder is not None:
-                recorder.client = "vllm"
-            results["vllm_bench_serve"] = run_vllm_bench(
-                vllm, target, tokenizer, args, work / "v.json"
-            )
-            results["prfaas_bench"] = run_prfaas_bench(url, args, work / "p.json")
+            for api in ROUTES:
+                if recorder is not None:
+                    recorder.client = "guidellm"
+                results[f"guidellm {api}"] = run_guidellm(
+                    guidellm, target, tokenizer, args, work / f"g-{api}.json", api=api
+                )
+                if recorder is not None:
+                    recorder.client = "vllm"
+                results[f"vllm bench serve {api}"] = run_vllm_bench(
+                    vllm, target, tokenizer, args, work / f"v-{api}.json", api=api
+                )
+                results[f"prfaas bench {api}"] = run_prfaas_bench(
+                    url, args, work / f"p-{api}.json", api=api
+                )
         finally:
             if recorder is not None:
                 recorder.stop()

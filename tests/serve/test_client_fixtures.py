@@ -31,8 +31,9 @@ def live() -> Iterator[Launcher]:
 
 def test_the_fixtures_hold_each_clients_requests() -> None:
     shapes = {(r["client"], r["method"], r["path"]) for r in RECORDS}
-    assert ("guidellm", "POST", "/v1/completions") in shapes
-    assert ("vllm", "POST", "/v1/completions") in shapes
+    for client in ("guidellm", "vllm"):
+        assert (client, "POST", "/v1/completions") in shapes
+        assert (client, "POST", "/v1/chat/completions") in shapes
     assert ("vllm", "POST", "/tokenize") in shapes
     assert all(r["version"] for r in RECORDS)
 
@@ -49,21 +50,30 @@ def _events(response: httpx.Response) -> list[dict[str, Any]]:
     return [json.loads(p) for p in payloads[:-1]]
 
 
-def _check_completion_stream(body: dict[str, Any], response: httpx.Response) -> None:
+def _text(event: dict[str, Any], is_chat: bool) -> str:
+    """A chunk's text where each client reads it."""
+    part = event["choices"][0]
+    return str(part["delta"].get("content") or "") if is_chat else str(part["text"])
+
+
+def _check_stream(body: dict[str, Any], response: httpx.Response, is_chat: bool) -> None:
     assert response.headers["content-type"].startswith("text/event-stream")
     events = _events(response)
-    texts = [e["choices"][0]["text"] for e in events if e["choices"]]
-    assert all(isinstance(t, str) for t in texts) and "".join(texts)
+    assert "".join(_text(e, is_chat) for e in events if e["choices"])
+    wanted = body.get("max_completion_tokens") or body["max_tokens"]
     options = body.get("stream_options") or {}
     if options.get("include_usage"):
         usage = events[-1]["usage"]
         assert events[-1]["choices"] == []
-        assert usage["completion_tokens"] == body["max_tokens"]  # ignore_eos: all of them
+        assert usage["completion_tokens"] == wanted  # ignore_eos: all of them
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     if options.get("continuous_usage_stats"):
         counts = [e["usage"]["completion_tokens"] for e in events if e["choices"]]
-        assert counts == sorted(counts) and counts[-1] == body["max_tokens"]
-    assert all(e["object"] == "text_completion" and e["model"] == body["model"] for e in events)
+        assert counts == sorted(counts) and counts[-1] == wanted
+    kind = "chat.completion.chunk" if is_chat else "text_completion"
+    assert all(e["object"] == kind and e["model"] == body["model"] for e in events)
+    if is_chat:
+        assert all(e["id"].startswith("chatcmpl-") for e in events)
 
 
 @pytest.mark.parametrize(
@@ -82,10 +92,9 @@ def test_each_recorded_request_is_answered_as_its_client_reads_it(
     )
     assert response.status_code == 200, response.text
     path = record["path"]
-    if path == "/v1/completions" and body.get("stream"):
-        _check_completion_stream(body, response)
-    elif path == "/v1/completions":
-        assert isinstance(response.json()["choices"][0]["text"], str)
+    if path in ("/v1/completions", "/v1/chat/completions"):
+        assert body.get("stream"), "both clients stream: a JSON answer needs its own check"
+        _check_stream(body, response, is_chat=path == "/v1/chat/completions")
     elif path == "/tokenize":
         answer = response.json()
         assert answer["count"] == len(answer["tokens"]) > 0
