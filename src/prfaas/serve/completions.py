@@ -14,10 +14,12 @@ errors keep their HTTP status; a failure after the first token ends the stream w
 event (or the JSON request with the error). One choice failing fails the request.
 
 A client that disconnects cancels its request: Starlette cancels a stream, and a JSON request
-races its work against the disconnect (`_or_gone`). Either way every choice's generator is
-closed (`_merged` cancels the tasks that drive them), which closes the decode instance's
-stream, which cancels the request there. Each HTTP request is counted once by how it ended
-(`RouterMetrics.ended`); each choice is observed (TTFT, tokens, access log) when it finishes.
+races its work against the disconnect (`_or_gone`); a stream whose send fails is closed by
+`ClosingStreamingResponse` at once, not by the garbage collector. Either way every choice's
+generator is closed (`_merged` cancels the tasks that drive them), which closes the decode
+instance's stream, which cancels the request there. Each HTTP request is counted once by
+how it ended (`RouterMetrics.ended`); each choice is observed (TTFT, tokens, access log) when
+it finishes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import AdmissionRejectedError
@@ -211,6 +214,20 @@ async def _placed(
     return early
 
 
+class ClosingStreamingResponse(StreamingResponse):
+    """A `StreamingResponse` that closes its generator when the response ends however it
+    ended: Starlette stops iterating on a disconnect (a failed send) but leaves the
+    generator to the garbage collector, and with it the choices' decode streams."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            body = self.body_iterator
+            if isinstance(body, AsyncGenerator):
+                await body.aclose()
+
+
 class ClientGone(Exception):
     """The client closed its connection before the response was ready."""
 
@@ -256,7 +273,7 @@ async def complete(rt: RouterRuntime, request: Request, is_chat: bool) -> Respon
         if req.stream:
             sse = _sse(rt, req, is_chat, choices, stream, early=early, started=started)
             stream = None  # the response owns it now
-            return StreamingResponse(sse, media_type="text/event-stream")
+            return ClosingStreamingResponse(sse, media_type="text/event-stream")
         await _or_gone(request, _collect(rt, stream, choices, early, started))
     except ClientGone:
         rt.metrics.ended("cancelled", CLIENT_GONE_STATUS)
