@@ -197,7 +197,9 @@ async def _merged(rt: RouterRuntime, jobs: list[Job]) -> AsyncGenerator[Item]:
     finally:
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Shielded: a second cancellation (anyio cancels a cancelled scope's task at every
+        # await) must not reach the tasks while they close their decode streams.
+        await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
 
 
 async def _placed(
