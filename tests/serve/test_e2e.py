@@ -118,6 +118,98 @@ def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == [MODEL]
 
 
+def test_n_samples_differ_when_sampling_and_agree_when_greedy(client: openai.OpenAI) -> None:
+    sampled = client.completions.create(
+        model=MODEL, prompt=[SHORT, LONG], n=2, max_tokens=12, temperature=1.0, seed=7
+    )
+    assert [c.index for c in sampled.choices] == [0, 1, 2, 3]
+    texts = [c.text for c in sampled.choices]
+    assert texts[0] != texts[1] and texts[2] != texts[3]  # seeds 7 and 8
+    alone = client.completions.create(
+        model=MODEL, prompt=SHORT, max_tokens=12, temperature=1.0, seed=7
+    )
+    assert alone.choices[0].text == texts[0]  # sample 0 is the prompt alone, same seed
+    greedy = client.completions.create(model=MODEL, prompt=SHORT, n=3, max_tokens=12, temperature=0)
+    assert {c.text for c in greedy.choices} == {_complete(client, SHORT)[0]}
+
+
+def _sse_events(response: httpx.Response) -> list[dict]:
+    lines = [line for line in response.text.split("\n\n") if line]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+FRESH_LONG = "Logprobs come back from the PrfaaS prefill instance first. " * 5  # 296 tokens
+
+
+@pytest.mark.parametrize(
+    ("prompt", "path"),
+    [(SHORT, "pd-p"), (FRESH_LONG, "prfaas")],  # on PrfaaS the first token is sampled remotely
+)
+def test_completion_logprobs_stream_and_not(launcher: Launcher, prompt: str, path: str) -> None:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 3}
+    whole = httpx.post(launcher.url + "/v1/completions", json=body, timeout=120).json()
+    (c,) = whole["choices"]
+    lp = c["logprobs"]
+    assert whole["prfaas"]["path"] == path  # FRESH_LONG is sent nowhere else: no cache hit
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 8
+    assert lp["text_offset"][0] == 0
+    rows = zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True)
+    for token, logprob, top in rows:
+        assert logprob <= 0 and 1 <= len(top) <= 4  # the sampled token and the top 3
+        assert top[token] == logprob == max(top.values())  # greedy: the sampled is the best
+    streamed = httpx.post(
+        launcher.url + "/v1/completions", json={**body, "stream": True}, timeout=120
+    )
+    parts = [e["choices"][0] for e in _sse_events(streamed) if e["choices"]]
+    tokens = [t for p in parts if p["logprobs"] for t in p["logprobs"]["tokens"]]
+    logprobs = [v for p in parts if p["logprobs"] for v in p["logprobs"]["token_logprobs"]]
+    offsets = [v for p in parts if p["logprobs"] for v in p["logprobs"]["text_offset"]]
+    assert (tokens, offsets) == (lp["tokens"], lp["text_offset"])
+    # the stream may run on the other path (its prompt is cached now): float noise only
+    assert logprobs == pytest.approx(lp["token_logprobs"], abs=1e-4)
+
+
+def test_chat_logprobs_have_openais_shape(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = out.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 4
+    for entry in content:
+        assert len(entry.top_logprobs) == 2
+        assert entry.top_logprobs[0].logprob == entry.logprob  # greedy
+        assert entry.bytes is not None and len(entry.bytes) >= 1
+    chunks = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        stream=True,
+    )
+    streamed = [
+        e
+        for c in chunks
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content or []
+    ]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert all(e.top_logprobs == [] for e in streamed)
+
+
+def test_a_token_id_prompt_is_the_text_it_encodes(client: openai.OpenAI) -> None:
+    ids = [257, *SHORT.encode()]  # the byte tokenizer: <bos> + UTF-8
+    out = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0)
+    assert out.choices[0].text == _complete(client, SHORT)[0]
+    assert out.usage is not None and out.usage.prompt_tokens == len(ids)
+
+
 def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI) -> None:
     _complete(client, "short prompt below t")
     _complete(client, "A different long prompt that is well above the threshold. " * 5)
@@ -390,7 +482,7 @@ STORM_BODIES: list[tuple[str, bytes]] = [
         b'{"model": "tiny-qwen3-next", "prompt": "x", "seed": ' + b"9" * 5000 + b"}",
     ),
     ("/v1/completions", b"[" * 100_000),
-    ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "logprobs": 3}).encode()),
+    ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "logprobs": 21}).encode()),
     ("/v1/completions", json.dumps({"model": MODEL, "prompt": "x", "stop": [""]}).encode()),
 ]
 STORM_PROMPTS = [f"Request number {i} of the other client." for i in range(8)] + [LONG, LONG + "!"]

@@ -6,10 +6,15 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from prfaas.serve.completions import nth_seed
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError, ServeError
 from prfaas.serve.openai_api import (
     MAX_TOKENS_LIMIT,
+    SEED_MAX,
+    SEED_MIN,
     ChatCompletionRequest,
     CompletionRequest,
     choice,
@@ -27,8 +32,8 @@ def _raw(**fields: Any) -> bytes:
 
 def test_a_completion_with_defaults() -> None:
     req = parse_body(_raw(prompt="hi"), CompletionRequest, LIMIT)
-    assert (req.text, req.max_tokens, req.temperature, req.stream, req.stops) == (
-        "hi",
+    assert (req.prompts, req.max_tokens, req.temperature, req.stream, req.stops) == (
+        ["hi"],
         None,
         1.0,
         False,
@@ -50,7 +55,7 @@ def test_options_are_read() -> None:
         user="someone",  # options nobody defines are ignored, as OpenAI-compatible servers do
     )
     req = parse_body(raw, CompletionRequest, LIMIT)
-    assert (req.text, req.max_tokens, req.seed, req.stops) == ("one prompt", 7, 3, ["\n"])
+    assert (req.prompts, req.max_tokens, req.seed, req.stops) == (["one prompt"], 7, 3, ["\n"])
     assert req.stream and req.include_usage and req.ignore_eos
     assert parse_body(_raw(prompt="x", stop=["a", "b"]), CompletionRequest, LIMIT).stops == [
         "a",
@@ -73,9 +78,16 @@ def test_chat_transcript_and_max_completion_tokens() -> None:
         (b"[1, 2]", CompletionRequest, "the body must be a JSON object"),
         (json.dumps({"prompt": "x"}).encode(), CompletionRequest, "model: Field required"),
         (_raw(), CompletionRequest, "prompt: Field required"),
-        (_raw(prompt=5), CompletionRequest, "prompt.str: Input should be a valid string"),
+        (_raw(prompt=5), CompletionRequest, "prompt: the prompt must be a string, a list of"),
+        (_raw(prompt=["a", [1]]), CompletionRequest, "prompt: the prompt must be a string"),
+        (_raw(prompt=[True]), CompletionRequest, "prompt: the prompt must be a string"),
+        (_raw(prompt=[]), CompletionRequest, "prompt: the prompt is empty"),
+        (_raw(prompt=["a", ""]), CompletionRequest, "prompt: prompt 1 is empty"),
+        (_raw(prompt=[[1], []]), CompletionRequest, "prompt: prompt 1 is empty"),
+        (_raw(prompt=[1, -2]), CompletionRequest, "prompt 0: token ids are integers in"),
+        (_raw(prompt=[[2**31]]), CompletionRequest, "prompt 0: token ids are integers in"),
+        (_raw(prompt=["a"] * 65, n=2), CompletionRequest, "65 prompts x n 2 is more than 128"),
         (_raw(prompt=""), CompletionRequest, "the prompt is empty"),
-        (_raw(prompt=["a", "b"]), CompletionRequest, "exactly one prompt per request"),
         (_raw(prompt="x", max_tokens="16"), CompletionRequest, "max_tokens: Input should be"),
         (_raw(prompt="x", max_tokens=0), CompletionRequest, "max_tokens: Input should be"),
         (_raw(prompt="x", max_tokens=-1), CompletionRequest, "max_tokens: Input should be"),
@@ -86,7 +98,12 @@ def test_chat_transcript_and_max_completion_tokens() -> None:
         ),
         (_raw(prompt="x", temperature=3), CompletionRequest, "temperature"),
         (_raw(prompt="x", top_p=0), CompletionRequest, "top_p"),
-        (_raw(prompt="x", n=2), CompletionRequest, "n: 2 is not supported"),
+        (_raw(prompt="x", n=0), CompletionRequest, "n: Input should be greater than or equal to 1"),
+        (
+            _raw(prompt="x", n=129),
+            CompletionRequest,
+            "n: Input should be less than or equal to 128",
+        ),
         (_raw(prompt="x", stream="yes"), CompletionRequest, "stream: Input should be"),
         (_raw(messages=[]), ChatCompletionRequest, "messages: List should have at least 1"),
         (
@@ -119,7 +136,12 @@ def test_an_oversized_body_is_413_before_it_is_parsed() -> None:
 
 
 def test_response_shapes() -> None:
-    assert usage(3, 4) == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert usage(3, 4) == {
+        "prompt_tokens": 3,
+        "completion_tokens": 4,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert choice(False, "a", "eos", delta=False) == {
         "index": 0,
         "text": "a",
@@ -139,3 +161,26 @@ def test_response_shapes() -> None:
     )
     assert envelope(False, "cmpl-2", "m", chunk=True)["object"] == "text_completion"
     assert envelope(True, "cmpl-3", "m", chunk=False)["object"] == "chat.completion"
+
+
+_TEXT = st.text(min_size=1, max_size=8)
+_IDS = st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=8)
+
+
+@given(
+    prompt=_TEXT | _IDS | st.lists(_TEXT, min_size=1, max_size=6) | st.lists(_IDS, min_size=1),
+    n=st.integers(1, 4),
+)
+def test_every_prompt_shape_gives_its_prompts_in_order(prompt: Any, n: int) -> None:
+    req = parse_body(_raw(prompt=prompt, n=n), CompletionRequest, LIMIT)
+    single = isinstance(prompt, str) or all(isinstance(t, int) for t in prompt)
+    assert req.prompts == ([prompt] if single else prompt)
+    assert req.n == n
+
+
+@given(seed=st.integers(SEED_MIN, SEED_MAX), samples=st.integers(1, 8))
+def test_samples_get_distinct_seeds_in_the_signed_64_bit_range(seed: int, samples: int) -> None:
+    seeds = [nth_seed(seed, k) for k in range(samples)]
+    assert seeds[0] == seed
+    assert len(set(seeds)) == samples
+    assert all(SEED_MIN <= s <= SEED_MAX for s in seeds)

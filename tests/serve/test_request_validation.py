@@ -124,13 +124,10 @@ def test_nesting_is_counted_outside_strings_only() -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"logprobs": 1}, "logprobs"),
-        ({"logprobs": 0}, "logprobs"),
         ({"echo": True}, "echo"),
         ({"best_of": 2}, "best_of"),
         ({"suffix": "tail"}, "suffix"),
         ({"logit_bias": {"42": 5}}, "logit_bias"),
-        ({"n": 2}, "n"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"frequency_penalty": -1}, "frequency_penalty"),
         ({"repetition_penalty": 1.1}, "repetition_penalty"),
@@ -153,19 +150,38 @@ def test_unhonoured_openai_parameters_are_refused_by_name(
     assert param in body["message"]
 
 
-def test_chat_logprobs_and_top_logprobs_are_refused() -> None:
+def test_logprobs_are_read_in_each_endpoints_shape() -> None:
+    assert parse_body(_raw(logprobs=0), CompletionRequest, LIMIT).num_logprobs == 0
+    assert parse_body(_raw(logprobs=20), CompletionRequest, LIMIT).num_logprobs == 20
+    assert parse_body(_raw(), CompletionRequest, LIMIT).num_logprobs is None
     messages = [{"role": "user", "content": "hi"}]
-    for fields in ({"logprobs": True}, {"top_logprobs": 3}):
-        raw = json.dumps({"model": "m", "messages": messages, **fields}).encode()
-        assert _refused(raw, ChatCompletionRequest).param == next(iter(fields))
+    assert _chat(messages, logprobs=True).num_logprobs == 0
+    assert _chat(messages, logprobs=True, top_logprobs=5).num_logprobs == 5
+    assert _chat(messages, logprobs=False, top_logprobs=0).num_logprobs is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "is_chat", "message"),
+    [
+        ({"logprobs": 21}, False, "logprobs: Input should be less than or equal to 20"),
+        ({"logprobs": -1}, False, "logprobs: Input should be greater than or equal to 0"),
+        ({"logprobs": True}, False, "logprobs: Input should be a valid integer"),
+        ({"logprobs": 2}, True, "logprobs: Input should be a valid boolean"),
+        ({"top_logprobs": 3}, True, "top_logprobs needs logprobs: true"),
+        ({"logprobs": True, "top_logprobs": 21}, True, "top_logprobs: Input should be less"),
+    ],
+)
+def test_bad_logprobs_are_400(fields: dict[str, Any], is_chat: bool, message: str) -> None:
+    body = {"model": "m", **fields}
+    body.update({"messages": [{"role": "user", "content": "hi"}]} if is_chat else {"prompt": "x"})
+    kind = ChatCompletionRequest if is_chat else CompletionRequest
+    assert message in str(_refused(json.dumps(body).encode(), kind))
 
 
 def test_unhonoured_parameters_at_their_defaults_are_accepted() -> None:
     defaults = {
-        "logprobs": None,
         "echo": False,
         "best_of": 1,
-        "n": 1,
         "suffix": None,
         "logit_bias": {},
         "response_format": {"type": "text"},
@@ -177,7 +193,7 @@ def test_unhonoured_parameters_at_their_defaults_are_accepted() -> None:
         "min_p": 0,
     }
     assert set(defaults) <= set(REFUSED)
-    assert parse_body(_raw(**defaults), CompletionRequest, LIMIT).text == "hi"
+    assert parse_body(_raw(**defaults), CompletionRequest, LIMIT).prompts == ["hi"]
     chat = _chat([{"role": "user", "content": "hi"}], logprobs=False, top_logprobs=None)
     assert chat.text.endswith("assistant:")
 

@@ -18,7 +18,7 @@ from typer._click.exceptions import (  # typer (pinned) vendors click
 )
 
 from prfaas import __version__
-from prfaas.cli import bench, generate, kv_throughput, plan, serve, simulate
+from prfaas.cli import bench, generate, kv_throughput, plan, serve, simulate, tokenizer
 from prfaas.cli.output import scenarios_epilog
 from prfaas.specs.errors import SpecError
 
@@ -57,6 +57,7 @@ for name, short_help, function in (
     ("up", "Start a whole deployment on this host.", serve.up),
     ("demo", "Bring a deployment up, send prompts, show the paths.", serve.demo),
     ("bench", "Load-test any OpenAI-compatible endpoint.", bench.command),
+    ("tokenizer", "Write the served model's tokenizer for clients.", tokenizer.command),
 ):
     epilog = scenarios_epilog() if name in ("plan", "simulate") else None
     app.command(name, short_help=short_help, epilog=epilog)(function)

@@ -35,7 +35,13 @@ from prfaas.engine.models import LoadedModel
 from prfaas.engine.paged_cache import PagedCache
 from prfaas.engine.prefill import import_export, run_prefill
 from prfaas.engine.prefix_move import PrefixExport, export_prefix, import_prefix
-from prfaas.engine.sampling import FinishReason, Sampler, SamplingParams
+from prfaas.engine.sampling import (
+    FinishReason,
+    Sampler,
+    SamplingParams,
+    TokenLogprob,
+    token_logprob,
+)
 from prfaas.kvcache import Allocation, OutOfPages, RequestId
 
 
@@ -46,6 +52,7 @@ class TokenEvent:
     request_id: str
     index: int
     token_id: int
+    logprob: TokenLogprob | None = None  # when asked (`SamplingParams.logprobs`) and known
 
 
 TokenCallback = Callable[[TokenEvent], None]
@@ -89,7 +96,16 @@ class _Running:
     hit_tokens: int
     last_logits: torch.Tensor | None = None
     generated: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob | None] = field(default_factory=list)  # one per generated
     text: str = ""
+
+    def add(self, logits: torch.Tensor) -> int:
+        """Sample the next token from `logits`; its logprobs too, when asked."""
+        token = self.sampler.sample(logits)
+        self.generated.append(token)
+        k = self.pending.params.logprobs
+        self.logprobs.append(None if k is None else token_logprob(logits, token, k))
+        return token
 
     @property
     def length(self) -> int:
@@ -111,9 +127,13 @@ class Engine:
 
     # --- requests in -------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """A prompt's ids as the completions prefill them (specials, chat template), or
+        with `add_special_tokens=False` the text's own ids only."""
         if not text:
             raise BadRequestError("the prompt is empty")
+        if not add_special_tokens:
+            return self.model.tokenizer.encode_text(text)
         return self.model.tokenizer.encode_prompt(text, chat=self.model.is_chat)
 
     def submit(
@@ -245,7 +265,9 @@ class Engine:
         if running is None:
             return None
         self.paged.pool.release(RequestId(request_id))
-        return ExportedPrefill(request_id, pending.prompt, running.generated[0], tuple(records))
+        return ExportedPrefill(
+            request_id, pending.prompt, running.generated[0], tuple(records), running.logprobs[0]
+        )
 
     # --- cross-cluster prefix moves (prefix_move) ---------------------------------------
 
@@ -304,6 +326,7 @@ class Engine:
             cache = import_export(self.paged, allocation, pending.exported)
             running = _Running(pending, allocation, sampler, cache, 0)
             running.generated.append(pending.exported.first_token)
+            running.logprobs.append(pending.exported.first_logprob)
             return running
         run = run_prefill(
             self.model.model,
@@ -315,7 +338,7 @@ class Engine:
             export_from_token=from_token,
         )
         running = _Running(pending, allocation, sampler, run.cache, run.hit_tokens, run.last_logits)
-        running.generated.append(sampler.sample(run.last_logits))
+        running.add(run.last_logits)
         return running
 
     def _emit(self, running: _Running, token: int) -> Completion | None:
@@ -323,7 +346,8 @@ class Engine:
         pending = running.pending
         index = len(running.generated) - 1
         if pending.on_token is not None:
-            pending.on_token(TokenEvent(pending.request_id, index, token))
+            logprob = running.logprobs[index] if index < len(running.logprobs) else None
+            pending.on_token(TokenEvent(pending.request_id, index, token, logprob))
         tokenizer = self.model.tokenizer
         reason: FinishReason | None = None
         if not pending.params.ignore_eos and token in tokenizer.eos_token_ids:
@@ -386,8 +410,7 @@ class Engine:
                     row=row,
                     seq_offset=batch.padding(row),
                 )
-            running.generated.append(running.sampler.sample(out.logits[row, -1]))
-            done = self._emit(running, running.generated[-1])
+            done = self._emit(running, running.add(out.logits[row, -1]))
             if done is not None:
                 finished.append(done)
         return finished

@@ -33,6 +33,7 @@ import torch
 from prfaas.engine.cache_io import read_states, sliding_window
 from prfaas.engine.cache_layout import CacheLayout, GroupCodec, LayerKind, decoder_layers
 from prfaas.engine.errors import CacheImportError
+from prfaas.engine.sampling import TokenLogprob
 
 _HEADER = struct.Struct("<I")
 
@@ -63,6 +64,7 @@ class ExportedPrefill:
     prompt_tokens: tuple[int, ...]
     first_token: int
     records: tuple[ExportRecord, ...]
+    first_logprob: TokenLogprob | None = None  # in process only (`to_bytes` leaves it out)
 
     def to_bytes(self) -> bytes:
         """A JSON header (length-prefixed) followed by every record's bytes in order."""

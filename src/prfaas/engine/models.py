@@ -25,8 +25,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from prfaas.engine import config as _config  # noqa: F401  (offline environment first)
 from prfaas.engine.errors import ModelLoadError
-from prfaas.engine.tokenizer import ByteTokenizer, HfTokenizer, Tokenizer
-from prfaas.specs.errors import UnsupportedConfigError
+from prfaas.engine.tokenizer import ByteTokenizer, HfTokenizer, Tokenizer, save_byte_tokenizer
+from prfaas.specs.catalog import get_model
+from prfaas.specs.errors import SpecError, UnsupportedConfigError
 from prfaas.specs.hf_config import model_from_hf_config
 from prfaas.specs.presets import (
     PRESET_CONTEXT_TOKENS,
@@ -130,3 +131,36 @@ def load_checkpoint(path: Path) -> LoadedModel:
     context = int(getattr(model.config, "max_position_embeddings", _CONTEXT_TOKENS))
     is_chat = bool(tokenizer.chat_template)
     return LoadedModel(path.stem, model, HfTokenizer(tokenizer), context, is_chat)
+
+
+def save_tokenizer(name_or_path: str, directory: Path) -> str:
+    """The served model's tokenizer as a directory `AutoTokenizer.from_pretrained` loads
+    (`prfaas tokenizer`): the byte tokenizer for presets and for catalog models served by
+    emulated instances, the checkpoint's own tokenizer otherwise. Returns which it wrote."""
+    if name_or_path in PRESETS or _is_catalog_model(name_or_path):
+        save_byte_tokenizer(directory)
+        return "byte tokenizer (<bos> + UTF-8 bytes)"
+    path = smollm2_path() if name_or_path in SMOLLM2_ALIASES else Path(name_or_path)
+    if path.is_file() and path.suffix == ".gguf":
+        source, kwargs = path.parent, {"gguf_file": path.name}
+    elif path.is_dir():
+        source, kwargs = path, {}
+    else:
+        raise ModelLoadError(
+            f"unknown model {name_or_path!r}: not a preset, a catalog model, smollm2, "
+            "a checkpoint directory or a .gguf file"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
+    except (OSError, ValueError, ImportError) as err:
+        raise ModelLoadError(f"{path}: cannot load its tokenizer ({err})") from None
+    tokenizer.save_pretrained(str(directory))
+    return f"the tokenizer of {path.name}"
+
+
+def _is_catalog_model(name: str) -> bool:
+    try:
+        get_model(name)
+    except SpecError:
+        return False
+    return True

@@ -24,6 +24,8 @@ from prfaas.engine import config as _config  # noqa: F401  (offline environment 
 from prfaas.engine.errors import BadRequestError
 
 MIN_TEMPERATURE = 1e-5  # below: greedy (as vLLM's _SAMPLING_EPS)
+MAX_LOGPROBS = 20  # top alternatives per token at most (vLLM's default max_logprobs)
+MIN_LOGPROB = -9999.0  # what -inf is reported as (JSON has no infinity; vLLM does the same)
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # what torch.Generator.manual_seed takes, signed
 
 
@@ -42,6 +44,7 @@ class SamplingParams:
     seed: int = 0
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    logprobs: int | None = None  # None: none; k: the sampled token's and the top k's
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
@@ -54,6 +57,31 @@ class SamplingParams:
             raise BadRequestError(f"seed must be in [{SEED_MIN}, {SEED_MAX}]")
         if any(not stop for stop in self.stop):
             raise BadRequestError("stop strings must not be empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise BadRequestError(f"logprobs must be in [0, {MAX_LOGPROBS}]")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log-probability and the `top` most likely tokens' (id, logprob),
+    best first. From the model's raw logits (log_softmax before temperature, top-k and
+    top-p), as vLLM's default `raw_logprobs`: what the model thinks, whatever the sampler
+    then did with it."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+def token_logprob(logits: torch.Tensor, token_id: int, num_top: int) -> TokenLogprob:
+    """`token_id`'s log-probability under `logits` and the `num_top` best tokens'."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1).clamp(min=MIN_LOGPROB)
+    top: tuple[tuple[int, float], ...] = ()
+    if num_top:
+        best = torch.topk(logprobs, min(num_top, logprobs.numel()))
+        pairs = zip(best.indices.tolist(), best.values.tolist(), strict=True)
+        top = tuple((int(i), float(v)) for i, v in pairs)
+    return TokenLogprob(token_id, float(logprobs[token_id]), top)
 
 
 class Sampler:

@@ -54,11 +54,13 @@ class PrefillDone:
 
     first_token: int | None
     hit_tokens: int
+    first_logprob: p.Logprob | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Token:
     token_id: int
+    logprob: p.Logprob | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ class BackendInfo:
     cache: CacheIdentity
     peer: PeerIdentity
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
+    vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
+    computes_logprobs: bool = False  # its engine reports token logprobs (torch)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException
@@ -161,7 +165,10 @@ class InstanceBackend(Protocol):
 
     def stop(self) -> None: ...
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """The prompt's ids as the completions prefill them; without specials (and chat
+        template) when `add_special_tokens` is False (vLLM's `/tokenize` switch)."""
+        ...
 
     def detokenize(self, token_ids: Sequence[int]) -> str: ...
 

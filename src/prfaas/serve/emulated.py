@@ -60,6 +60,7 @@ from prfaas.specs.model import ModelSpec
 from prfaas.transfer import identity_for
 
 BOS_ID = 257
+VOCAB_SIZE = 259  # the byte tokenizer's (engine.tokenizer): bytes, <pad>, <bos>, <eos>
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
 MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
@@ -92,6 +93,12 @@ def output_token(prompt: Sequence[int], index: int) -> int:
     seed = zlib.crc32(b"".join(t.to_bytes(4, "little") for t in prompt[-64:]), len(prompt))
     mixed = zlib.crc32(index.to_bytes(4, "little"), seed)
     return OUTPUT_ALPHABET[mixed % len(OUTPUT_ALPHABET)]
+
+
+def _no_logprobs(sampling: p.Sampling) -> None:
+    """Logprobs are refused, not made up: an emulated instance computes no logits."""
+    if sampling.logprobs is not None:
+        raise BadRequestError("logprobs: the emulated backend computes no logits", param="logprobs")
 
 
 @dataclass(slots=True)
@@ -137,6 +144,7 @@ class EmulatedBackend:
                 lambda n: self.profile.prefill_s(n) * self.emulation.time_factor,
                 self.scaled_kv_bytes,
             ),
+            vocab_size=VOCAB_SIZE,
         )
         self.num_waiting = 0
         self.num_running = 0
@@ -165,10 +173,11 @@ class EmulatedBackend:
         for task in self._tasks:
             task.cancel()
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         if not text:
             raise BadRequestError("the prompt is empty")
-        return [BOS_ID, *text.encode("utf-8")]
+        ids = list(text.encode("utf-8"))
+        return [BOS_ID, *ids] if add_special_tokens else ids
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
@@ -189,6 +198,7 @@ class EmulatedBackend:
         tokens: list[int],
         sampling: p.Sampling,
     ) -> asyncio.Queue[Item]:
+        _no_logprobs(sampling)
         self._check_fits(tokens, sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
         assert self._prefills is not None, "start() first"
@@ -239,6 +249,7 @@ class EmulatedBackend:
         body: p.DecodeRequest,
         slices: Sequence[KvSlice],
     ) -> asyncio.Queue[Item]:
+        _no_logprobs(body.sampling)
         self._check_fits(body.token_ids, body.sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
         self._decodes[body.request_id] = _Decode(body, out)

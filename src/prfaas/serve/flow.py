@@ -57,6 +57,7 @@ from prfaas.serve import protocol as p
 from prfaas.serve.admission import route_admitted
 from prfaas.serve.config import Deployment, InstanceRole
 from prfaas.serve.errors import (
+    BadRequestError,
     ContextLengthError,
     InstanceFailedError,
     NoCapacityError,
@@ -190,16 +191,35 @@ async def _judge(rt: RouterRuntime, inst: LiveInstance, what: str, err: Exceptio
     return InstanceDown(f"{what} instance {inst.name} is down: {err!r}")
 
 
-async def tokenize(rt: RouterRuntime, text: str) -> list[int]:
+async def tokenize(rt: RouterRuntime, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    """The prompt's token ids, as the served model's tokenizer gives them (an instance's);
+    without special tokens and chat template when `add_special_tokens` is False."""
+    body = p.TokenizeRequest(text=text, add_special_tokens=add_special_tokens)
+    return (await _ask_any(rt, "/tokenize", body, p.TokenizeResult)).token_ids
+
+
+async def detokenize(rt: RouterRuntime, token_ids: list[int]) -> str:
+    """The text of `token_ids` (special tokens dropped), from an instance's tokenizer."""
+    body = p.TokenizeResult(token_ids=token_ids)
+    return (await _ask_any(rt, "/detokenize", body, p.DetokenizeResult)).text
+
+
+async def _ask_any(rt: RouterRuntime, path: str, body: BaseModel, kind: type[_Result]) -> _Result:
+    """A tokenizer call to the first healthy instance that answers (every instance of a
+    deployment serves the same model, so any one's tokenizer is the model's)."""
     for inst in rt.registry.healthy():
         try:
-            response = await rt.client.post(inst.spec.url + "/tokenize", json={"text": text})
+            response = await rt.client.post(
+                inst.spec.url + path,
+                content=body.model_dump_json(),
+                headers={"content-type": "application/json"},
+            )
         except httpx.TransportError as err:
-            await _judge(rt, inst, "tokenize", err)
+            await _judge(rt, inst, path.lstrip("/"), err)
             continue
         if response.status_code != 200:
             raise from_response(response.status_code, response.content)
-        return p.TokenizeResult.model_validate_json(response.content).token_ids
+        return kind.model_validate_json(response.content)
     raise NoCapacityError("no instance is up")
 
 
@@ -209,6 +229,18 @@ def check_length(rt: RouterRuntime, tokens: list[int], max_tokens: int) -> None:
         raise ContextLengthError(
             f"prompt of {len(tokens)} tokens + max_tokens {max_tokens} exceeds the model's "
             f"context of {context} tokens"
+        )
+
+
+def check_token_ids(rt: RouterRuntime, token_ids: list[int], where: str = "prompt") -> None:
+    """Token ids the served vocabulary has (400 otherwise: an id past the embedding table
+    would fail the engine's whole batch)."""
+    vocab = rt.registry.vocab_size()
+    if vocab is not None and any(t >= vocab for t in token_ids):
+        bad = next(t for t in token_ids if t >= vocab)
+        raise BadRequestError(
+            f"{where}: token id {bad} is not in the vocabulary ({vocab} ids)",
+            param=where.split(maxsplit=1)[0],
         )
 
 
@@ -272,7 +304,14 @@ async def _attempt(
         rt.metrics.kv_bytes.labels(decision.path.value).inc(result.kv_bytes)
         rt.metrics.hit_tokens.labels(decision.path.value).inc(result.hit_tokens)
         yield Placed(request_id, decision, result, len(tokens), record.get("move"))
+        first_logprob = result.first_logprob  # the prefill instance sampled the first token
         async for chunk in _decode(rt, decision, tokens, result.first_token, sampling):
+            if first_logprob is not None and chunk.token_id is not None:
+                if chunk.logprob is None:
+                    yield chunk.model_copy(update={"logprob": first_logprob})
+                    first_logprob = None
+                    continue
+                first_logprob = None
             yield chunk
         record["status"] = "completed"
     except BaseException as err:

@@ -180,6 +180,8 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         timing=_timing(facts),
         can_move_prefix=isinstance(backend, PrefixMover),
         reports_cached_prefix=isinstance(backend, CachedPrefixReporter),
+        vocab_size=facts.vocab_size,
+        computes_logprobs=facts.computes_logprobs,
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),
@@ -242,6 +244,7 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     """Prefill here, KV layer by layer to the decode instance; return once it committed."""
     if not rt.spec.role.is_prefill:
         raise BadRequestError(f"instance {rt.spec.name} is not a prefill instance")
+    check_vocabulary(rt, body.token_ids)
     rt.activity.prefill_started()
     try:
         if isinstance(rt.worker, ShipsOwnKv):
@@ -293,6 +296,7 @@ async def _run_prefill(
         num_slices=num_slices,
         prefill_s=prefill_s,
         transfer_s=time.monotonic() - started - prefill_s,
+        first_logprob=item.first_logprob,
     )
 
 
@@ -358,10 +362,18 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
             delta = ""
             if text.startswith(sent) and not text.endswith("\ufffd"):
                 delta, sent = text[len(sent) :], text
-            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta))
+            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
             rt.worker.cancel(body.request_id)
+
+
+def check_vocabulary(rt: InstanceRuntime, token_ids: list[int]) -> None:
+    """400 for a token id the model has no embedding for (or a negative one)."""
+    vocab = rt.worker.info.vocab_size
+    bad = [t for t in token_ids if t < 0 or (vocab is not None and t >= vocab)]
+    if bad:
+        raise BadRequestError(f"token id {bad[0]} is not in the vocabulary ({vocab} ids)")
 
 
 def transfer_peer(rt: InstanceRuntime, host: str, port: int) -> PeerAddress:
@@ -533,7 +545,13 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
-        return p.TokenizeResult(token_ids=rt.worker.encode(body.text))
+        ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
+        return p.TokenizeResult(token_ids=ids)
+
+    @app.post("/detokenize")
+    async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:
+        check_vocabulary(rt, body.token_ids)
+        return p.DetokenizeResult(text=rt.worker.detokenize(body.token_ids))
 
     @app.post("/prefill")
     async def prefill(body: p.PrefillRequest) -> p.PrefillResult:
@@ -543,6 +561,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     async def decode(body: p.DecodeRequest) -> StreamingResponse:
         if rt.spec.role.is_prefill:
             raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
+        check_vocabulary(rt, body.token_ids)
         return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
 
     @app.post("/role")

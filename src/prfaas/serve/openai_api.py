@@ -11,8 +11,10 @@ non-empty stop strings of at most `MAX_STOP_CHARS` characters.
 
 OpenAI parameters the engine does not honour (`REFUSED`) are refused with a 400 naming the
 parameter (`param`, code `unsupported_parameter`) whenever they ask for something other than
-the default: a client that asks for logprobs must not get a response without them. Fields
-nobody defines are ignored, as OpenAI-compatible servers do.
+the default: a client that asks for `echo` must not get a response without it. Fields
+nobody defines are ignored, as OpenAI-compatible servers do. `logprobs` (completions: 0..20;
+chat: `logprobs: true` with `top_logprobs` 0..20) are computed by the engine and shaped here
+(`completion_logprobs`, `chat_logprobs`).
 
 Chat: `content` is a string or a list of parts, whose `text` parts are joined (any other part
 type is a 400); role `developer` is taken as `system`.
@@ -39,12 +41,20 @@ from pydantic import (
 
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError
 from prfaas.serve.jsonbody import load_json
+from prfaas.serve.protocol import Logprob, TopLogprob
 
 MAX_TOKENS_LIMIT = 1_000_000
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.Generator seeds, signed 64-bit as sent on
 MIN_TEMPERATURE = 1e-5  # below it sampling is greedy (as vLLM's _SAMPLING_EPS)
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_CHARS = 1000
+MAX_TOKEN_ID = 2**31 - 1
+MAX_CHOICES = 128  # prompts x n: each is a request of its own through the scheduler
+MAX_LOGPROBS = 20  # top alternatives per token (vLLM's default max_logprobs)
+PROMPT_SHAPES = "a string, a list of strings, a list of token ids or a list of token-id lists"
+
+#: One prompt: text (tokenized by an instance) or token ids (taken as they are).
+Prompt = str | list[int]
 
 
 def _unset(value: Any) -> bool:
@@ -57,8 +67,6 @@ def _text_format(value: Any) -> bool:
 
 #: OpenAI parameters the engine does not honour: name -> "the value asks for nothing".
 REFUSED: dict[str, Callable[[Any], bool]] = {
-    "logprobs": _unset,
-    "top_logprobs": lambda v: v is None or v == 0,
     "echo": _unset,
     "best_of": lambda v: v is None or v == 1,
     "suffix": lambda v: v is None or v == "",
@@ -68,7 +76,6 @@ REFUSED: dict[str, Callable[[Any], bool]] = {
     "tool_choice": lambda v: v is None or v == "none",
     "functions": _unset,
     "function_call": lambda v: v is None or v == "none",
-    "n": lambda v: v is None or v == 1,
     "presence_penalty": lambda v: v is None or v == 0,
     "frequency_penalty": lambda v: v is None or v == 0,
     "repetition_penalty": lambda v: v is None or v == 1,
@@ -96,6 +103,7 @@ class _Request(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     ignore_eos: bool = False
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
 
     @field_validator("stop")
     @classmethod
@@ -118,6 +126,13 @@ class _Request(BaseModel):
         return bool(self.stream_options and self.stream_options.get("include_usage"))
 
     @property
+    def continuous_usage(self) -> bool:
+        """vLLM's `stream_options.continuous_usage_stats` (with `include_usage`): usage in
+        every chunk of a stream, not only in the last one."""
+        asked = bool(self.stream_options and self.stream_options.get("continuous_usage_stats"))
+        return asked and self.include_usage
+
+    @property
     def sampling_temperature(self) -> float:
         """The temperature the engine uses: 0 (greedy) below `MIN_TEMPERATURE`."""
         return self.temperature if self.temperature >= MIN_TEMPERATURE else 0.0
@@ -127,20 +142,62 @@ class _Request(BaseModel):
         return max(0, self.top_k)  # -1 (vLLM's "off") is 0 here
 
 
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    )
+
+
+def check_prompt(value: Any) -> Any:
+    """`value` if it is one of OpenAI's prompt shapes with nothing empty, else a ValueError
+    saying what is wrong (before pydantic's union, whose messages name its branches)."""
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("the prompt is empty")
+        return value
+    if not isinstance(value, list):
+        raise ValueError(f"the prompt must be {PROMPT_SHAPES}")
+    if not value:
+        raise ValueError("the prompt is empty")
+    if _is_token_ids(value):
+        items: list[Any] = [value]
+    elif all(isinstance(v, str) for v in value) or all(_is_token_ids(v) for v in value):
+        items = value
+    else:
+        raise ValueError(f"the prompt must be {PROMPT_SHAPES}")
+    for index, item in enumerate(items):
+        if not item:
+            raise ValueError(f"prompt {index} is empty")
+        if isinstance(item, list) and not all(0 <= t <= MAX_TOKEN_ID for t in item):
+            raise ValueError(f"prompt {index}: token ids are integers in [0, {MAX_TOKEN_ID}]")
+    return value
+
+
 class CompletionRequest(_Request):
-    prompt: str | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    _prompt_shape = field_validator("prompt", mode="before")(check_prompt)
 
     @model_validator(mode="after")
-    def _one_prompt(self) -> CompletionRequest:
-        if isinstance(self.prompt, list) and len(self.prompt) != 1:
-            raise ValueError("exactly one prompt per request is supported")
-        if not self.text:
-            raise ValueError("the prompt is empty")
+    def _bounded_choices(self) -> CompletionRequest:
+        if len(self.prompts) * self.n > MAX_CHOICES:
+            raise ValueError(
+                f"{len(self.prompts)} prompts x n {self.n} is more than {MAX_CHOICES} choices"
+            )
         return self
 
     @property
-    def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def num_logprobs(self) -> int | None:
+        """None: no logprobs; k: each token's and its top k alternatives'."""
+        return self.logprobs
+
+    @property
+    def prompts(self) -> list[Prompt]:
+        """The prompts, in order: a string or a token-id list is one prompt."""
+        if isinstance(self.prompt, str) or _is_token_ids(self.prompt):
+            return [self.prompt]  # type: ignore[list-item]
+        return list(self.prompt)  # type: ignore[arg-type]
 
 
 class TextPart(BaseModel):
@@ -178,15 +235,35 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def text(self) -> str:
-        """A plain transcript: presets have no chat template (checkpoints would use theirs)."""
-        lines = [f"{m.speaker}: {m.text}" for m in self.messages]
-        return "\n".join([*lines, "assistant:"])
+        return transcript(self.messages)
+
+    @property
+    def prompts(self) -> list[Prompt]:
+        return [self.text]
 
 
-_R = TypeVar("_R", bound=_Request)
+def transcript(messages: list[ChatMessage]) -> str:
+    """A plain transcript: presets have no chat template (checkpoints would use theirs)."""
+    lines = [f"{m.speaker}: {m.text}" for m in messages]
+    return "\n".join([*lines, "assistant:"])
+
+
+_R = TypeVar("_R", bound=BaseModel)
 
 
 def parse_body(raw: bytes, kind: type[_R], max_body_bytes: int) -> _R:
@@ -202,8 +279,10 @@ def parse_body(raw: bytes, kind: type[_R], max_body_bytes: int) -> _R:
         first = max(err.errors(), key=lambda e: (e["type"] == "value_error", len(e["loc"])))
         where = ".".join(str(p) for p in first["loc"]) or "body"
         param = str(first["loc"][0]) if first["loc"] else None
-        raise BadRequestError(f"{where}: {first['msg']}", param=param) from None
-    _refuse_unhonoured(data)
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise BadRequestError(f"{where}: {message}", param=param) from None
+    if isinstance(req, _Request):
+        _refuse_unhonoured(data)
     return req
 
 
@@ -221,25 +300,73 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
 FINISH: dict[str, str] = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; `cached_tokens` are the prompt tokens served from the prefix cache
+    (vLLM gives them with --enable-prompt-tokens-details; here always)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
-def choice(is_chat: bool, text: str, finish: str | None, *, delta: bool) -> dict[str, Any]:
+def choice(
+    is_chat: bool,
+    text: str,
+    finish: str | None,
+    *,
+    delta: bool,
+    index: int = 0,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     reason = FINISH.get(finish, finish) if finish is not None else None
     if not is_chat:
-        return {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+        return {"index": index, "text": text, "finish_reason": reason, "logprobs": logprobs}
     key = "delta" if delta else "message"
     return {
-        "index": 0,
+        "index": index,
         key: {"role": "assistant", "content": text},
         "finish_reason": reason,
-        "logprobs": None,
+        "logprobs": logprobs,
     }
+
+
+def completion_logprobs(
+    entries: list[Logprob], num_top: int, text_offset: int = 0
+) -> dict[str, Any]:
+    """OpenAI's completions `logprobs` for `entries` (one per token): tokens, their
+    logprobs, per token a dict of the sampled and the top `num_top` tokens (None when
+    `num_top` is 0), and each token's character offset in the text from `text_offset`."""
+    offsets: list[int] = []
+    for entry in entries:
+        offsets.append(text_offset)
+        text_offset += len(entry.token)
+    top = [_by_text([e, *e.top]) for e in entries]
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": top if num_top else None,
+        "text_offset": offsets,
+    }
+
+
+def _by_text(tokens: list[Logprob | TopLogprob]) -> dict[str, float]:
+    """{text: logprob}, the first token of each text kept (tokens whose texts collide, such
+    as lone bytes shown as U+FFFD, keep the sampled or better one)."""
+    out: dict[str, float] = {}
+    for t in tokens:
+        out.setdefault(t.token, t.logprob)
+    return out
+
+
+def chat_logprobs(entries: list[Logprob]) -> dict[str, Any]:
+    """OpenAI's chat `logprobs`: per token its text, logprob, bytes and top alternatives."""
+
+    def named(t: TopLogprob) -> dict[str, Any]:
+        return {"token": t.token, "logprob": t.logprob, "bytes": t.bytes}
+
+    return {"content": [{**named(e), "top_logprobs": [named(t) for t in e.top]} for e in entries]}
 
 
 def envelope(

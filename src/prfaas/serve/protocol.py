@@ -5,6 +5,7 @@
                                              prefill timing)
     GET  /state?since=N                ->    InstanceState (load, cache events after seq N)
     POST /tokenize    TokenizeRequest  ->    TokenizeResult
+    POST /detokenize  TokenizeResult   ->    DetokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
     POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy)
@@ -80,6 +81,8 @@ class InstanceInfo(_Body):
     timing: TimingBody | None = None  # None: an older instance (the router assumes linear)
     can_move_prefix: bool = False  # its backend exports and imports cached prefixes
     reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
+    vocab_size: int | None = None  # token ids it takes are below it (None: it checks itself)
+    computes_logprobs: bool = False  # its engine reports token logprobs (the torch one)
 
 
 class CacheEventBody(_Body):
@@ -126,10 +129,31 @@ class RoleRequest(_Body):
 
 class TokenizeRequest(_Body):
     text: str
+    add_special_tokens: bool = True  # False: the text's own ids (no <bos>, no template)
 
 
 class TokenizeResult(_Body):
     token_ids: list[int]
+
+
+class DetokenizeResult(_Body):
+    text: str
+
+
+class TopLogprob(_Body):
+    """A token's log-probability, with the token as text and as the bytes it stands for."""
+
+    token_id: int
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class Logprob(TopLogprob):
+    """A generated token's log-probability and the most likely tokens' (`top`, best first),
+    from the raw logits (`engine.sampling.TokenLogprob`)."""
+
+    top: list[TopLogprob] = []
 
 
 class Sampling(_Body):
@@ -143,6 +167,7 @@ class Sampling(_Body):
     seed: int = Field(ge=-(2**63), le=2**63 - 1)
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default=[], max_length=16)
     ignore_eos: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)  # None: none; k: sampled + top k
 
 
 class PrefillRequest(_Body):
@@ -162,6 +187,7 @@ class PrefillResult(_Body):
     num_slices: int
     prefill_s: float
     transfer_s: float
+    first_logprob: Logprob | None = None  # when the sampling asked for logprobs
 
 
 class DecodeRequest(_Body):
@@ -177,6 +203,7 @@ class DecodeChunk(_Body):
 
     token_id: int | None = None
     text: str = ""
+    logprob: Logprob | None = None  # the token's, when the sampling asked for logprobs
     finish_reason: str | None = None
     num_prompt_tokens: int = 0
     num_completion_tokens: int = 0

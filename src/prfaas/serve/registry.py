@@ -241,6 +241,17 @@ class Registry:
                     return inst.info.timing
         return None
 
+    def vocab_size(self) -> int | None:
+        """The served vocabulary's size (None while no instance says: the vLLM backend)."""
+        sizes = [i.info.vocab_size for i in self.healthy() if i.info and i.info.vocab_size]
+        return min(sizes, default=None)
+
+    def computes_logprobs(self) -> bool:
+        """Whether every instance's engine reports token logprobs (one backend per
+        deployment: torch does, emulated and vllm do not)."""
+        infos = [i.info for i in self.healthy() if i.info is not None]
+        return bool(infos) and all(info.computes_logprobs for info in infos)
+
     def max_context_tokens(self) -> int:
         infos = [i.info for i in self.healthy() if i.info is not None]
         return min((info.max_context_tokens for info in infos), default=0)

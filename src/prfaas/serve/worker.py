@@ -35,6 +35,8 @@ from prfaas.engine import (
     TokenEvent,
     load_model,
 )
+from prfaas.engine.sampling import TokenLogprob
+from prfaas.engine.tokenizer import Tokenizer
 from prfaas.kvcache import GroupKind
 from prfaas.serve import errors
 from prfaas.serve import protocol as p
@@ -58,7 +60,20 @@ Sink = Callable[[Any], None]  # takes the engine's items; hands `serve.backend` 
 EngineItem = ExportRecord | TokenEvent | Completion
 
 
-def _item(item: EngineItem | BaseException) -> Item:
+def logprob_body(tokenizer: Tokenizer, logprob: TokenLogprob | None) -> p.Logprob | None:
+    """The engine's `TokenLogprob` with every token named as text and bytes."""
+    if logprob is None:
+        return None
+
+    def top(token_id: int, value: float) -> p.TopLogprob:
+        text, raw = tokenizer.token_piece(token_id)
+        return p.TopLogprob(token_id=token_id, token=text, bytes=list(raw), logprob=value)
+
+    chosen = top(logprob.token_id, logprob.logprob)
+    return p.Logprob(**chosen.model_dump(), top=[top(i, v) for i, v in logprob.top])
+
+
+def _item(item: EngineItem | BaseException, tokenizer: Tokenizer) -> Item:
     """The engine's record, token or completion as a `serve.backend` item."""
     if isinstance(item, ExportRecord):
         return KvSlice(
@@ -71,7 +86,7 @@ def _item(item: EngineItem | BaseException) -> Item:
             item.data,
         )
     if isinstance(item, TokenEvent):
-        return Token(item.token_id)
+        return Token(item.token_id, logprob_body(tokenizer, item.logprob))
     if isinstance(item, Completion):
         return Finished(item.num_prompt_tokens, item.token_ids, item.text, item.finish_reason.value)
     if isinstance(item, BadRequestError):
@@ -90,6 +105,7 @@ def sampling_params(s: p.Sampling) -> SamplingParams:
             seed=s.seed,
             stop=tuple(s.stop),
             ignore_eos=s.ignore_eos,
+            logprobs=s.logprobs,
         )
     except BadRequestError as err:
         raise errors.BadRequestError(str(err)) from None
@@ -128,7 +144,7 @@ class EngineWorker:
         """Prefill on the engine thread; slices arrive as layers finish, then `PrefillDone`.
         Attention KV is exported from `from_token` on (what the decode instance lacks)."""
         out: asyncio.Queue[Item] = asyncio.Queue()
-        sink = _threadsafe(loop, out)
+        sink = _threadsafe(loop, out, self.engine.model.tokenizer)
         params = sampling_params(sampling)
 
         def command() -> None:
@@ -138,8 +154,11 @@ class EngineWorker:
                 exported = self.engine.export_prefill(
                     request_id, tokens, params, from_token=from_token, on_layer=sink
                 )
-                first = None if exported is None else exported.first_token
-                sink(PrefillDone(first, hit))
+                if exported is None:
+                    sink(PrefillDone(None, hit))
+                    return
+                first = logprob_body(self.engine.model.tokenizer, exported.first_logprob)
+                sink(PrefillDone(exported.first_token, hit, first))
             except Exception as err:
                 sink(err)
 
@@ -169,7 +188,7 @@ class EngineWorker:
     ) -> asyncio.Queue[Item]:
         """Join an imported request to the batch; tokens arrive, then it is `Finished`."""
         out: asyncio.Queue[Item] = asyncio.Queue()
-        sink = _threadsafe(loop, out)
+        sink = _threadsafe(loop, out, self.engine.model.tokenizer)
         params = sampling_params(body.sampling)
         records = tuple(
             ExportRecord(
@@ -328,9 +347,11 @@ def _prefix_slices(export: PrefixExport) -> list[KvSlice]:
 _NOTHING: Callable[[], None] = _nothing
 
 
-def _threadsafe(loop: asyncio.AbstractEventLoop, out: asyncio.Queue[Item]) -> Callable[[Any], None]:
+def _threadsafe(
+    loop: asyncio.AbstractEventLoop, out: asyncio.Queue[Item], tokenizer: Tokenizer
+) -> Callable[[Any], None]:
     def sink(item: Any) -> None:
-        loop.call_soon_threadsafe(out.put_nowait, _item(item))
+        loop.call_soon_threadsafe(out.put_nowait, _item(item, tokenizer))
 
     return sink
 
@@ -361,11 +382,13 @@ class TorchBackend(EngineWorker):
             peer=identity_for(
                 engine.paged.layout.spec, deployment.block_tokens, deployment.hash_seed
             ),
+            vocab_size=int(model.hf_config.vocab_size),
+            computes_logprobs=True,
         )
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         try:
-            return self.engine.encode(text)
+            return self.engine.encode(text, add_special_tokens=add_special_tokens)
         except BadRequestError as err:
             raise errors.BadRequestError(str(err)) from None
 

@@ -246,11 +246,15 @@ class VllmBackend:
 
     # --- tokens ------------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """vLLM's own tokenization (what `vllm serve` alone would feed the model)."""
         if not text:
             raise BadRequestError("the prompt is empty")
-        body = {"model": self._deployment.model_name, "prompt": text}
+        body = {
+            "model": self._deployment.model_name,
+            "prompt": text,
+            "add_special_tokens": add_special_tokens,
+        }
         response = self._sync.post(self.url + "/tokenize", json=body)
         if response.status_code != 200:
             raise BadRequestError(f"vLLM could not tokenize the prompt: {response.text[:200]}")
@@ -266,6 +270,8 @@ class VllmBackend:
     # --- prefill -----------------------------------------------------------------------
 
     def _sampling(self, sampling: p.Sampling, max_tokens: int) -> dict[str, Any]:
+        if sampling.logprobs is not None:  # the router refuses them first (computes_logprobs)
+            raise BadRequestError("logprobs: not carried by the vllm backend", param="logprobs")
         return {
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
