@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from prfaas.serve.backends.vllm import CHILD_ENV, vllm_python
+from prfaas.serve.backends.vllm import vllm_environment, vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
     Backend,
@@ -67,7 +67,7 @@ def _prompt(length_tokens: int, salt: int) -> str:
 
 
 def _serve_reference(model_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, **CHILD_ENV, VLLM_CPU_KVCACHE_SPACE="1")
+    env = vllm_environment(VllmSpec(kv_cache_gib=1))
     argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.serve_main", "serve"]
     argv += [str(model_dir), "--port", str(port), "--served-model-name", MODEL_NAME]
     argv += ["--enforce-eager", "--max-model-len", "4096", "--dtype", "float32"]

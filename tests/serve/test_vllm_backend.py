@@ -31,7 +31,7 @@ import httpx
 import pytest
 import yaml
 
-from prfaas.serve.backends.vllm import CHILD_ENV, vllm_python
+from prfaas.serve.backends.vllm import vllm_environment, vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
     Backend,
@@ -106,9 +106,7 @@ def _deployment(model_dir: Path, preset: str) -> Deployment:
 
 
 def _reference(model_dir: Path, preset: str, port: int) -> subprocess.Popen[bytes]:
-    env = dict(
-        os.environ, **CHILD_ENV, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind"
-    )
+    env = vllm_environment(VllmSpec(kv_cache_gib=1))
     argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.serve_main", "serve"]
     argv += [str(model_dir), "--port", str(port), "--served-model-name", f"tiny-{preset}"]
     argv += ["--enforce-eager", "--max-model-len", "4096", "--dtype", DTYPES[preset]]

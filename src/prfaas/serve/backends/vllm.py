@@ -49,6 +49,7 @@ from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
+from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
     Deployment,
     InstanceRole,
@@ -72,6 +73,17 @@ CHILD_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+
+def vllm_environment(settings: VllmSpec) -> dict[str, str]:
+    """The environment of a `vllm serve` child: this process's, vLLM's fixed settings, and
+    the deployment's cache size and CPU placement."""
+    return {
+        **os.environ,
+        **CHILD_ENV,
+        "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": settings.cpu_threads_bind,
+    }
 
 
 def vllm_python() -> Path:
@@ -185,10 +197,7 @@ class VllmBackend:
                 f"no vLLM venv at {self.python.parent.parent}: run `make setup-vllm` "
                 "(or set PRFAAS_VLLM_PYTHON)"
             )
-        env = dict(os.environ)
-        env.update(CHILD_ENV)
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(self._settings.kv_cache_gib)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = self._settings.cpu_threads_bind
+        env = vllm_environment(self._settings)
         env[SECRET_ENV_VAR] = transfer_secret(self._deployment).decode()  # never on argv
         self._subscriber.start()
         self._child = subprocess.Popen(
