@@ -19,8 +19,7 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class LinearProfile:
-    """T_prefill = base + per_token * l; S_kv = 1 MB per 1K tokens; a decode step 10 ms + 0.1 ms
-    per batched request."""
+    """T_prefill = base + per_token * l; S_kv = 1 MB per 1K tokens."""
 
     prefill_base_s: float
     prefill_per_token_s: float
@@ -30,9 +29,6 @@ class LinearProfile:
 
     def cache_bytes(self, length_tokens: int) -> float:
         return 1000.0 * length_tokens
-
-    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
-        return 0.01 + 1e-4 * batch_size
 
 
 FAST = LinearProfile(0.1, 1e-5)  # PrfaaS chip: 10K tokens in 0.2 s

@@ -150,39 +150,3 @@ def test_an_idle_system_refuses_only_what_its_own_prefill_cannot_meet(
         assert decision.reason is not RejectReason.DECODE_BATCH_FULL
     predicted = predict_ttft_s(bare, request, view, s.ledger, s.config)
     assert predicted > slo_s  # refused (or deferred) only when even an idle system is late
-
-
-def test_the_decode_check_looks_at_the_batch_when_the_request_gets_there() -> None:
-    """d0 and d1 are full now, but every member is predicted to finish before the new request's
-    prefill ends: admitted. Then fill both with prefilling requests predicted to reach decode
-    before it and stay past it: refused although the batches hold no one past prefill."""
-    s = scheduler(AdmissionMode.SHED, slo_s=20.0)
-    request = req("r", 50_000)  # to PrfaaS: prefill 0.6 s on an idle instance
-    for k in range(16):
-        rid = RequestId(f"dec-{k}")
-        s.ledger.dispatch(
-            rid,
-            InstanceId("f0"),
-            0.0,
-            InstanceId(f"d{k % 2}"),
-            0,
-            decode_start_s=0,
-            decode_end_s=0.5,
-        )
-        s.ledger.prefill_done(rid)
-    assert s.ledger.decoding_requests(InstanceId("d0")) == 8
-    assert isinstance(s.route(request, make_view()), RouteDecision)
-    s = scheduler(AdmissionMode.SHED, slo_s=20.0)
-    for k in range(16):
-        s.ledger.dispatch(
-            RequestId(f"pre-{k}"),
-            InstanceId("f0"),
-            0.0,
-            InstanceId(f"d{k % 2}"),
-            0,
-            decode_start_s=0.3,
-            decode_end_s=100,
-        )
-    assert s.ledger.decoding_requests(InstanceId("d0")) == 0
-    decision = s.route(request, make_view())
-    assert isinstance(decision, Rejection) and decision.reason is RejectReason.DECODE_BATCH_FULL

@@ -100,35 +100,3 @@ def test_view_with_known_accepting_lists_equals_a_plain_view() -> None:
     view = ClusterView.with_accepting(plain.now_s, plain.instances, plain.link, known)
     assert view == plain
     assert all(view.accepting(role) == plain.accepting(role) for role in Role)
-
-
-def test_the_decode_batch_is_predicted_at_the_moment_asked() -> None:
-    """Past prefill: in the batch until its predicted end (or later, if overdue). Still
-    prefilling: in the batch from its predicted decode start to its predicted end."""
-    ledger = DispatchLedger()
-    d0 = InstanceId("d0")
-    ledger.dispatch(
-        RequestId("early"), InstanceId("p0"), 1.0, d0, 0, decode_start_s=0, decode_end_s=5
-    )
-    ledger.dispatch(
-        RequestId("late"), InstanceId("p0"), 1.0, d0, 0, decode_start_s=0, decode_end_s=50
-    )
-    ledger.dispatch(
-        RequestId("over"), InstanceId("p0"), 1.0, d0, 0, decode_start_s=0, decode_end_s=1
-    )
-    for rid in ("early", "late", "over"):
-        ledger.prefill_done(RequestId(rid))
-    ledger.dispatch(
-        RequestId("soon"), InstanceId("p1"), 1.0, d0, 0, decode_start_s=4, decode_end_s=9
-    )
-    ledger.dispatch(RequestId("unknown"), InstanceId("p1"), 1.0, d0, 0)  # no prediction
-    ledger.dispatch(RequestId("other"), InstanceId("p1"), 1.0, InstanceId("d1"), 0)
-    ledger.prefill_done(RequestId("other"))
-    now = 2.0
-    assert ledger.decoding_requests(d0) == 3
-    assert ledger.decoding_requests_at(d0, now, now) == 3  # "over" is overdue: still there
-    assert ledger.decoding_requests_at(d0, now, 4.5) == 4  # + "soon"
-    assert ledger.decoding_requests_at(d0, now, 6.0) == 3  # - "early" (ended at 5)
-    assert ledger.decoding_requests_at(d0, now, 10.0) == 2  # - "soon": "late" and "over" stay
-    ledger.decode_done(RequestId("over"))
-    assert ledger.decoding_requests_at(d0, now, 10.0) == 1

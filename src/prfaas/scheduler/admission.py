@@ -16,17 +16,11 @@ placement chose:
                (KV streams while prefill runs, so the later of prefill end and link drain)
     PD-P:      TTFT ~ move_s + queue_s + prefill_s (RDMA is never the bottleneck, Eq. 4)
 
-Decode is judged too, at the moment the request will get there (now + its predicted TTFT),
-not now: the ledger holds, for every dispatched request, the predicted start of its decode
-(its own predicted TTFT at dispatch) and end (output_tokens steps at a full batch's step
-time). When the chosen decode instance is predicted to hold BS_max requests at the new one's
-arrival (those past prefill not predicted to have finished by then, overdue ones included,
-plus those still prefilling that are predicted to have arrived and not finished), the new one
-is likely to wait for a slot, and its first inter-token gap would hold that wait, so it would
-miss the TPOT objective however fast its prefill is; it is refused (`decode-batch-full`) or
-deferred like a late prediction. Judging the batch now instead refuses requests that would
-find room (members finish during their prefill) and admits ones that would not (requests
-still prefilling fill it first).
+Decode is judged too: when the chosen decode instance already holds BS_max requests past their
+prefill (its batch is full now; the ledger counts them from prefill done to decode done), a
+new one is likely to wait for a slot, and its first inter-token gap would hold that wait, so
+it would miss the TPOT objective however fast its prefill is; it is refused
+(`decode-batch-full`) or deferred like a late prediction.
 
 The ledger counts a running prefill at its full estimate (it does not know how far it got), so
 the prediction errs late by at most one prefill; `margin_fraction` sets how far past the SLO
@@ -46,7 +40,6 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from prfaas.kvcache.ids import InstanceId
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import Deferral, Rejection, RejectReason, RouteDecision, ServePath
 from prfaas.scheduler.load import DispatchLedger
@@ -113,24 +106,13 @@ def predict_ttft_s(
     return max(prefill_end_s, send_s) + link.rtt_s / 2
 
 
-def decode_batch_limit(view: ClusterView, instance_id: InstanceId) -> int:
-    """BS_max of decode instance `instance_id` (0: unknown or not accepting)."""
+def _decode_full(decision: RouteDecision, view: ClusterView, ledger: DispatchLedger) -> bool:
+    """Whether the chosen decode instance has BS_max requests dispatched already (0: unknown)."""
     for inst in view.accepting(Role.PD_DECODE):
-        if inst.instance_id == instance_id:
-            return inst.max_batch_size
-    return 0
-
-
-def _decode_full(
-    decision: RouteDecision, view: ClusterView, ledger: DispatchLedger, predicted_s: float
-) -> bool:
-    """Whether the chosen decode instance is predicted to hold BS_max requests when this one
-    reaches it (now + its predicted TTFT); 0 BS_max: unknown, never full."""
-    limit = decode_batch_limit(view, decision.decode_instance_id)
-    if limit <= 0:
-        return False
-    arrival_s = view.now_s + predicted_s
-    return ledger.decoding_requests_at(decision.decode_instance_id, view.now_s, arrival_s) >= limit
+        if inst.instance_id == decision.decode_instance_id:
+            limit = inst.max_batch_size
+            return limit > 0 and ledger.decoding_requests(inst.instance_id) >= limit
+    return False
 
 
 class AdmissionPolicy:
@@ -157,7 +139,7 @@ class AdmissionPolicy:
         excess_s = predicted_s - cfg.limit_s
         reason = RejectReason.PREDICTED_TTFT_OVER_SLO
         if excess_s <= 0:
-            if not _decode_full(decision, view, ledger, predicted_s):
+            if not _decode_full(decision, view, ledger):
                 return None
             reason, excess_s = RejectReason.DECODE_BATCH_FULL, 0.0
         retry_s = float(max(cfg.min_retry_after_s, math.ceil(excess_s)))

@@ -18,7 +18,6 @@ memory (the request waits there).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,8 +31,6 @@ class _Entry:
     prefill_work_s: float
     decode_instance_id: InstanceId
     kv_bytes: float
-    decode_start_s: float  # predicted (absolute) arrival at decode; -inf: unknown
-    decode_end_s: float  # predicted (absolute) end of decode; inf: unknown
     is_prefilling: bool = True
 
 
@@ -54,22 +51,11 @@ class DispatchLedger:
         prefill_work_s: float,
         decode_instance_id: InstanceId,
         kv_bytes: float,
-        *,
-        decode_start_s: float = -math.inf,
-        decode_end_s: float = math.inf,
     ) -> None:
-        """`decode_start_s` / `decode_end_s`: the scheduler's prediction (absolute times) of
-        when the request joins its decode batch and leaves it; without them the request
-        counts in that batch from its prefill's end until `decode_done`."""
         if request_id in self._entries:
             raise KeyError(f"request {request_id} dispatched twice")
         self._entries[request_id] = _Entry(
-            prefill_instance_id,
-            prefill_work_s,
-            decode_instance_id,
-            kv_bytes,
-            decode_start_s,
-            decode_end_s,
+            prefill_instance_id, prefill_work_s, decode_instance_id, kv_bytes
         )
         self._add_prefill(prefill_instance_id, prefill_work_s)
         self._decode_requests[decode_instance_id] = self.decode_requests(decode_instance_id) + 1
@@ -105,26 +91,6 @@ class DispatchLedger:
     def decoding_requests(self, instance_id: InstanceId) -> int:
         """Requests on `instance_id` whose prefill is done: its decode batch and queue now."""
         return self._decoding.get(instance_id, 0)
-
-    def decoding_requests_at(self, instance_id: InstanceId, now_s: float, at_s: float) -> int:
-        """Requests predicted to be in `instance_id`'s decode batch at time `at_s` (>= now_s).
-
-        Past prefill: counted unless predicted to finish decoding in (now_s, at_s]; one already
-        past its predicted end is still there (it waited for a slot), so it counts. Still
-        prefilling: counted once predicted to reach decode by `at_s` and not to leave it by
-        then. Unknown predictions (dispatch without them) count as in the batch from prefill
-        end to decode_done, as `decoding_requests` does."""
-        count = 0
-        for entry in self._entries.values():
-            if entry.decode_instance_id != instance_id:
-                continue
-            if entry.is_prefilling:
-                if entry.decode_start_s == -math.inf:
-                    continue
-                count += entry.decode_start_s <= at_s < entry.decode_end_s
-            else:
-                count += not (now_s < entry.decode_end_s <= at_s)
-        return count
 
     def decode_kv_bytes(self, instance_id: InstanceId) -> float:
         return self._decode_kv_bytes.get(instance_id, 0.0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from prfaas.kvcache.ids import RequestId
-from prfaas.scheduler.admission import AdmissionPolicy, decode_batch_limit, predict_ttft_s
+from prfaas.scheduler.admission import AdmissionPolicy
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import (
     Decision,
@@ -69,7 +69,7 @@ class GlobalScheduler:
                 self.reasons[f"rejected:{verdict.reason}"] += 1
                 return verdict
         self.reasons[f"{decision.path}:{decision.reason}"] += 1
-        self._dispatch(decision, request, view)
+        self._dispatch(decision, request)
         return decision
 
     def prefill_done(self, request_id: RequestId) -> None:
@@ -98,23 +98,14 @@ class GlobalScheduler:
                 self.policy.threshold_tokens = action.threshold_tokens
         return actions
 
-    def _dispatch(self, decision: RouteDecision, request: RouteRequest, view: ClusterView) -> None:
+    def _dispatch(self, decision: RouteDecision, request: RouteRequest) -> None:
         on_prfaas = decision.path is ServePath.PRFAAS
-        # Predicted stay in the decode batch, for admission's decode check: from the predicted
-        # first token to output_tokens steps at a full batch's step time (the slowest step).
-        start_s = view.now_s + predict_ttft_s(decision, request, view, self.ledger, self.config)
-        batch = max(1, decode_batch_limit(view, decision.decode_instance_id))
-        step_s = self.config.pd_profile.decode_step_s(
-            batch, request.input_tokens + request.output_tokens // 2
-        )
         self.ledger.dispatch(
             decision.request_id,
             decision.prefill_instance_id,
             self.config.prefill_s(on_prfaas, decision.uncached_tokens),
             decision.decode_instance_id,
             self.config.kv_bytes(request.input_tokens + request.output_tokens),
-            decode_start_s=start_s,
-            decode_end_s=start_s + request.output_tokens * step_s,
         )
         if self.rebalancer is not None:  # the window feeds only the slow loop
             self._window.observe(request, decision)
