@@ -25,7 +25,7 @@ from typing import Any
 from prfaas.serve.admission import AdmissionSpec
 from prfaas.serve.config import load_deployment
 from prfaas.serve.launcher import Launcher
-from provenance import git_sha, host
+from provenance import emit, git_sha, host
 from sim_vs_live import LAYOUTS, PRFAAS, ROOT, TIME_FACTOR, lognormal_arrivals, scenario_yaml
 
 LAYOUT = "prfaas-pd"
@@ -129,10 +129,7 @@ def main() -> None:
         "git_sha": git_sha(),
         "host": host(),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.save:
-        Path(args.save).write_text(text)
+    emit(result, args.save)
 
 
 if __name__ == "__main__":

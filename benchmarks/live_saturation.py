@@ -49,7 +49,7 @@ from prfaas.sim.arrivals import trace_arrivals
 from prfaas.sim.config import build_run_config
 from prfaas.sim.runner import Simulator
 from prfaas.workload.trace import read_mooncake_trace
-from provenance import git_sha, host
+from provenance import emit, git_sha, host
 from sim_vs_live import LAYOUTS, PRFAAS, ROOT, scenario_yaml
 
 PLANNER_KEYS = {
@@ -327,10 +327,7 @@ def main() -> None:
         "layouts": rows,
         "comparison": comparison,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.save:
-        Path(args.save).write_text(text)
+    emit(result, args.save)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ docs/benchmarks.md names what produced it."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -36,3 +37,11 @@ def host() -> dict[str, Any]:
         "python": platform.python_version(),
         "system": platform.system(),
     }
+
+
+def emit(result: dict[str, Any], save: str | None) -> None:
+    """Print a benchmark's JSON, and write the same text to `save` when given."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if save:
+        Path(save).write_text(text)

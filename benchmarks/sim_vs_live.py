@@ -35,7 +35,7 @@ from typing import Any
 from prfaas.cli.output import progress_bar
 from prfaas.serve.config import load_deployment
 from prfaas.serve.launcher import Launcher
-from provenance import git_sha, host
+from provenance import emit, git_sha, host
 
 ROOT = Path(__file__).resolve().parents[1]
 PRFAAS = str(ROOT / ".venv" / "bin" / "prfaas")
@@ -216,10 +216,7 @@ def _report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         "host": host(),
         "rows": rows,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.save:
-        Path(args.save).write_text(text)
+    emit(result, args.save)
 
 
 if __name__ == "__main__":
