@@ -1,0 +1,84 @@
+"""The vLLM connector's transfer side (`integrations.vllm.transfer_io`), without vLLM.
+
+Its sender and receiver run on one event-loop thread each, driven from vLLM's model-runner
+thread; these tests drive them the same way, from the test's thread, over loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from prfaas.integrations.vllm.transfer_io import IoSettings, TransferIO
+from prfaas.serve.config import free_port
+from prfaas.transfer import PeerAddress, PeerIdentity, SliceKey
+
+SECRET = b"transfer-io-test-secret-0123456789"
+IDENTITY = PeerIdentity(b"f" * 32, 128, 0)
+
+
+def _io(port: int) -> TransferIO:
+    settings = IoSettings("127.0.0.1", port, SECRET, True, None, 64 * 2**20, None)
+    return TransferIO(settings, IDENTITY)
+
+
+def _until(condition: object, what: str) -> None:
+    for _ in range(2000):  # bounded: 20 s of 10 ms polls
+        if callable(condition) and condition():
+            return
+        time.sleep(0.01)
+    pytest.fail(f"{what} did not happen")
+
+
+def test_a_burst_of_slices_arrives_whole_and_is_not_done_before_it_is_sent() -> None:
+    receiver_port = free_port()
+    receiver, sender = _io(receiver_port), _io(free_port())
+    try:
+        blocks = [np.full(65536, i, dtype=np.uint8) for i in range(26)]
+        peer = PeerAddress("127.0.0.1", receiver_port)
+        for i, block in enumerate(blocks):
+            key = SliceKey(i % 2, 0, i * 128, (i + 1) * 128)
+            sender.send_slice("t0", peer, key, dtype="uint8", shape=(65536,), payload=block)
+        sender.finish("t0", peer)
+        # asked right after queueing: the blocks are still needed (zero-copy sources)
+        assert not sender.is_done("t0")
+        _until(lambda: sender.is_done("t0"), "the transfer's completion")
+        _until(lambda: receiver.poll_arrival("t0") is not None, "the arrival")
+        assert receiver.poll_arrival("t0") == (True, "")
+        slices = receiver.claim("t0")
+        assert len(slices) == 26
+        for key, (_, data) in slices.items():
+            assert data == blocks[key.token_start // 128].tobytes()
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def test_its_threads_run_on_every_cpu_though_vllm_pinned_the_process() -> None:
+    """vLLM's CPU worker pins its process to its compute cores; the transfer threads must not
+    wait for a turn beside its spinning scheduler (docs/vllm.md, CPU placement)."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs to tell a pinned thread from a free one")
+    program = (
+        "import os, threading\n"
+        "os.sched_setaffinity(0, {0})\n"
+        "from prfaas.integrations.vllm.transfer_io import IoSettings, TransferIO\n"
+        "from prfaas.serve.config import free_port\n"
+        "from prfaas.transfer import PeerIdentity\n"
+        f"settings = IoSettings('127.0.0.1', free_port(), {SECRET!r}, True, None, 2**20, None)\n"
+        "io = TransferIO(settings, PeerIdentity(b'f' * 32, 128, 0))\n"
+        "loop = next(t for t in threading.enumerate() if t.name == 'prfaas-transfer')\n"
+        "print(sorted(os.sched_getaffinity(loop.native_id)), sorted(os.sched_getaffinity(0)))\n"
+        "io.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    every = list(range(os.cpu_count() or 1))
+    assert done.stdout.strip() == f"{every} [0]"  # the loop thread free, the caller still pinned
