@@ -2,7 +2,8 @@
 
 Short timescale: `GlobalScheduler.route` places each request through a `RoutingPolicy`
 (`PrfaasPolicy` or a baseline) and answers a `RouteDecision` (or a `Rejection`) with a reason
-code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO.
+code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO (or slow its decode
+instance's step past the TPOT SLO).
 Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
 It sees the world only through `ClusterView` and imports specs, workload, planner and kvcache,
 never sim or serve (DESIGN.md). Triggers and defaults: docs/scheduler.md.
@@ -14,6 +15,7 @@ from prfaas.scheduler.admission import (
     AdmissionConfig,
     AdmissionMode,
     AdmissionPolicy,
+    predict_decode_step_s,
     predict_ttft_s,
 )
 from prfaas.scheduler.bandwidth import BandwidthModeTracker, link_pressure
@@ -41,7 +43,12 @@ from prfaas.scheduler.decisions import (
     ServePath,
     SetThreshold,
 )
-from prfaas.scheduler.load import DispatchLedger, choose_decode, choose_prefill
+from prfaas.scheduler.load import (
+    DispatchLedger,
+    choose_decode,
+    choose_prefill,
+    lifetime_context_tokens,
+)
 from prfaas.scheduler.placement import PathChoice
 from prfaas.scheduler.policies import PrfaasPolicy, RoutingPolicy
 from prfaas.scheduler.rebalancer import RebalanceConfig, RebalancePolicy, StageStats, Window
@@ -89,7 +96,9 @@ __all__ = [
     "Window",
     "choose_decode",
     "choose_prefill",
+    "lifetime_context_tokens",
     "link_pressure",
     "make_policy",
+    "predict_decode_step_s",
     "predict_ttft_s",
 ]
