@@ -64,8 +64,5 @@ def test_admission_off_by_default_and_policy_built_from_spec() -> None:
     assert _deployment(AdmissionSpec()).router.admission.policy() is None
     policy = AdmissionSpec(mode="defer", ttft_slo_s=5, max_defer_s=12).policy()
     assert policy is not None and policy.config.max_defer_s == 12
-    assert policy.config.tpot_slo_s is None  # the decode-step check is off unless given
-    with_tpot = AdmissionSpec(mode="shed", tpot_slo_s=0.05).policy()
-    assert with_tpot is not None and with_tpot.config.tpot_slo_s == 0.05
     with pytest.raises(ValueError, match="mode"):
         AdmissionSpec(mode="drop")  # type: ignore[arg-type]

@@ -9,11 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_fixtures import write_scenario
 
-from prfaas.planner.scenario import read_scenario_file
-from prfaas.scheduler import AdmissionPolicy
-from prfaas.sim.api import build_scenario, simulate_scenario
-from prfaas.sim.config import build_run_config
-from prfaas.sim.runner import admission_policy
+from prfaas.sim.api import simulate_scenario
 
 OVERLOAD = {"process": "poisson", "rate_per_s": 8.0, "num_requests": 300}
 
@@ -80,16 +76,3 @@ def test_every_arrival_ends_completed_failed_or_rejected(  # noqa: PLR0917 (hypo
     assert s.rejections == report.rejections
     if mode == "off":
         assert report.rejections == {} and report.num_deferrals == 0
-
-
-def _admission_of(tmp: Path, admission: dict[str, object]) -> AdmissionPolicy | None:
-    body, base = read_scenario_file(str(write_scenario(tmp, simulation=_sim(tmp, admission))))
-    return admission_policy(build_run_config(build_scenario(body, base, "x"), body, base, None))
-
-
-def test_the_decode_step_check_holds_steps_to_the_scenario_tpot(tmp_path: Path) -> None:
-    on = _admission_of(tmp_path, {"mode": "shed"})
-    assert on is not None and on.config.tpot_slo_s == 0.025  # slo.tpot_s
-    off = _admission_of(tmp_path, {"mode": "shed", "decode_step_check": False})
-    assert off is not None and off.config.tpot_slo_s is None
-    assert _admission_of(tmp_path, {"mode": "off"}) is None

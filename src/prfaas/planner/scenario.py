@@ -182,13 +182,11 @@ class RebalanceFile(_Strict):
 
 
 class AdmissionFile(_Strict):
-    """Admission control (prfaas.scheduler.admission); the TTFT objective is `slo.ttft_s`, and
-    `decode_step_check` holds the predicted decode step to `slo.tpot_s` (when one is given)."""
+    """Admission control (prfaas.scheduler.admission); the TTFT objective is `slo.ttft_s`."""
 
     mode: Literal["off", "shed", "defer"] = "off"
     margin_fraction: float = Field(default=0.0, ge=0)
     max_defer_s: float = Field(default=30.0, ge=0)
-    decode_step_check: bool = True
 
 
 class DeploymentFile(_Strict):

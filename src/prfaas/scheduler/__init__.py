@@ -2,8 +2,7 @@
 
 Short timescale: `GlobalScheduler.route` places each request through a `RoutingPolicy`
 (`PrfaasPolicy` or a baseline) and answers a `RouteDecision` (or a `Rejection`) with a reason
-code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO (or slow its decode
-instance's step past the TPOT SLO).
+code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO.
 Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
 It sees the world only through `ClusterView` and imports specs, workload, planner and kvcache,
 never sim or serve (DESIGN.md). Triggers and defaults: docs/scheduler.md.
@@ -15,7 +14,6 @@ from prfaas.scheduler.admission import (
     AdmissionConfig,
     AdmissionMode,
     AdmissionPolicy,
-    predict_decode_step_s,
     predict_ttft_s,
 )
 from prfaas.scheduler.bandwidth import BandwidthModeTracker, link_pressure
@@ -43,12 +41,7 @@ from prfaas.scheduler.decisions import (
     ServePath,
     SetThreshold,
 )
-from prfaas.scheduler.load import (
-    DispatchLedger,
-    choose_decode,
-    choose_prefill,
-    lifetime_context_tokens,
-)
+from prfaas.scheduler.load import DispatchLedger, choose_decode, choose_prefill
 from prfaas.scheduler.placement import PathChoice
 from prfaas.scheduler.policies import PrfaasPolicy, RoutingPolicy
 from prfaas.scheduler.rebalancer import RebalanceConfig, RebalancePolicy, StageStats, Window
@@ -96,9 +89,7 @@ __all__ = [
     "Window",
     "choose_decode",
     "choose_prefill",
-    "lifetime_context_tokens",
     "link_pressure",
     "make_policy",
-    "predict_decode_step_s",
     "predict_ttft_s",
 ]

@@ -22,21 +22,6 @@ new one is likely to wait for a slot, and its first inter-token gap would hold t
 it would miss the TPOT objective however fast its prefill is; it is refused
 (`decode-batch-full`) or deferred like a late prediction.
 
-With a TPOT objective (`tpot_slo_s`), decode is also judged by what it costs: a decode step is
-memory bound, reading every member's KV once (specs.perf), so a batch below BS_max can still
-step slower than the objective when its contexts are long (BS_max is sized at the workload's
-mean context). The predicted step of the chosen decode instance with this request in it is
-
-    T_step(n + 1, (C + c) / (n + 1))    n, C = requests past prefill there and the sum of their
-                                         lifetime-mean contexts (ledger); c = l + out / 2
-
-from the same PD profile the simulator's decode steps use (`decode_step_s(batch, mean
-context)`); over its decode a request's context grows from l to l + out, so l + out / 2 is the
-context it holds on average, and the step it would see is the objective its TPOT is held to.
-When that step exceeds `tpot_slo_s` the request is refused (`decode-step-over-slo`): admitting
-it would slow every member of the batch past the objective for as long as it decodes. A long
-context is refused before a short one at the same load, since it adds more KV to every step.
-
 The ledger counts a running prefill at its full estimate (it does not know how far it got), so
 the prediction errs late by at most one prefill; `margin_fraction` sets how far past the SLO
 a prediction may go before the request is refused.
@@ -57,7 +42,7 @@ from enum import StrEnum
 
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import Deferral, Rejection, RejectReason, RouteDecision, ServePath
-from prfaas.scheduler.load import DispatchLedger, lifetime_context_tokens
+from prfaas.scheduler.load import DispatchLedger
 from prfaas.scheduler.view import ClusterView, Role, RouteRequest
 
 
@@ -74,8 +59,7 @@ class AdmissionConfig:
     `ttft_slo_s`: the TTFT objective the prediction is held to. `margin_fraction`: refuse when
     the prediction exceeds ttft_slo_s x (1 + margin_fraction). `min_retry_after_s`: the least
     Retry-After given (and the defer retry period floor). `max_defer_s`: how long defer mode
-    holds a request before rejecting it. `tpot_slo_s`: the TPOT objective the decode-step check
-    holds the chosen decode instance's predicted step to (None: no such check).
+    holds a request before rejecting it.
     """
 
     mode: AdmissionMode = AdmissionMode.OFF
@@ -83,7 +67,6 @@ class AdmissionConfig:
     margin_fraction: float = 0.0
     min_retry_after_s: float = 1.0
     max_defer_s: float = 30.0
-    tpot_slo_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.ttft_slo_s <= 0:
@@ -92,8 +75,6 @@ class AdmissionConfig:
             raise ValueError("margin_fraction must be >= 0")
         if self.min_retry_after_s <= 0 or self.max_defer_s < 0:
             raise ValueError("min_retry_after_s must be > 0 and max_defer_s >= 0")
-        if self.tpot_slo_s is not None and not self.tpot_slo_s > 0:
-            raise ValueError("tpot_slo_s must be positive (or None: no decode-step check)")
 
     @property
     def limit_s(self) -> float:
@@ -125,18 +106,6 @@ def predict_ttft_s(
     return max(prefill_end_s, send_s) + link.rtt_s / 2
 
 
-def predict_decode_step_s(
-    decision: RouteDecision, request: RouteRequest, ledger: DispatchLedger, config: SchedulerConfig
-) -> float:
-    """The chosen decode instance's step time with the request in its batch (module docstring)."""
-    decode = decision.decode_instance_id
-    batch = ledger.decoding_requests(decode) + 1
-    context_sum = ledger.decoding_context_tokens(decode) + lifetime_context_tokens(
-        request.input_tokens, request.output_tokens
-    )
-    return config.pd_profile.decode_step_s(batch, max(1, round(context_sum / batch)))
-
-
 def _decode_full(decision: RouteDecision, view: ClusterView, ledger: DispatchLedger) -> bool:
     """Whether the chosen decode instance has BS_max requests dispatched already (0: unknown)."""
     for inst in view.accepting(Role.PD_DECODE):
@@ -144,25 +113,6 @@ def _decode_full(decision: RouteDecision, view: ClusterView, ledger: DispatchLed
             limit = inst.max_batch_size
             return limit > 0 and ledger.decoding_requests(inst.instance_id) >= limit
     return False
-
-
-def _decode_reason(
-    decision: RouteDecision,
-    request: RouteRequest,
-    view: ClusterView,
-    ledger: DispatchLedger,
-    config: SchedulerConfig,
-    *,
-    tpot_slo_s: float | None,
-) -> RejectReason | None:
-    """Why decode cannot take the request now (None: it can)."""
-    if _decode_full(decision, view, ledger):
-        return RejectReason.DECODE_BATCH_FULL
-    if tpot_slo_s is not None and predict_decode_step_s(decision, request, ledger, config) > (
-        tpot_slo_s
-    ):
-        return RejectReason.DECODE_STEP_OVER_SLO
-    return None
 
 
 class AdmissionPolicy:
@@ -189,12 +139,9 @@ class AdmissionPolicy:
         excess_s = predicted_s - cfg.limit_s
         reason = RejectReason.PREDICTED_TTFT_OVER_SLO
         if excess_s <= 0:
-            decode_reason = _decode_reason(
-                decision, request, view, ledger, config, tpot_slo_s=cfg.tpot_slo_s
-            )
-            if decode_reason is None:
+            if not _decode_full(decision, view, ledger):
                 return None
-            reason, excess_s = decode_reason, 0.0
+            reason, excess_s = RejectReason.DECODE_BATCH_FULL, 0.0
         retry_s = float(max(cfg.min_retry_after_s, math.ceil(excess_s)))
         if cfg.mode is AdmissionMode.DEFER:
             if waited_s + retry_s <= cfg.max_defer_s:

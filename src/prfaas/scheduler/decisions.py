@@ -60,7 +60,6 @@ class RejectReason(StrEnum):
     # Admission control (scheduler.admission).
     PREDICTED_TTFT_OVER_SLO = "predicted-ttft-over-slo"
     DECODE_BATCH_FULL = "decode-batch-full"
-    DECODE_STEP_OVER_SLO = "decode-step-over-slo"
     DEFERRED_TOO_LONG = "deferred-too-long"
 
 

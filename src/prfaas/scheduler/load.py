@@ -3,9 +3,7 @@
 `DispatchLedger` records every dispatch the moment it is decided and forgets it when the host
 reports the stage done, so two requests arriving back to back never both see an idle instance
 (pain point 6: routers acting on stale instance counters). Prefill load is estimated seconds of
-queued prefill work; decode load is dispatched requests and reserved KV bytes, and, for the
-requests past their prefill, the sum of their lifetime-mean decode contexts (what each decode
-step reads, for admission's decode-step check).
+queued prefill work; decode load is dispatched requests and reserved KV bytes.
 
 Prefill choice: cache affinity with bounded load. An instance's finish time for the request is
 its queued work plus the request's prefill on it (shorter where its cache hits). Among
@@ -33,14 +31,7 @@ class _Entry:
     prefill_work_s: float
     decode_instance_id: InstanceId
     kv_bytes: float
-    decode_context_tokens: int
     is_prefilling: bool = True
-
-
-def lifetime_context_tokens(input_tokens: int, output_tokens: int) -> int:
-    """The mean context a request holds over its decode: its prompt plus half its output (the
-    KV it adds grows from 0 to `output_tokens`, one token a step)."""
-    return input_tokens + output_tokens // 2
 
 
 class DispatchLedger:
@@ -52,7 +43,6 @@ class DispatchLedger:
         self._decode_requests: dict[InstanceId, int] = {}
         self._decode_kv_bytes: dict[InstanceId, float] = {}
         self._decoding: dict[InstanceId, int] = {}  # past prefill: in (or waiting for) the batch
-        self._decoding_context: dict[InstanceId, int] = {}  # their lifetime-mean contexts, summed
 
     def dispatch(
         self,
@@ -61,15 +51,11 @@ class DispatchLedger:
         prefill_work_s: float,
         decode_instance_id: InstanceId,
         kv_bytes: float,
-        *,
-        decode_context_tokens: int = 0,
     ) -> None:
-        """`decode_context_tokens`: the request's `lifetime_context_tokens` (0 where a caller
-        counts only prefill load and batch slots)."""
         if request_id in self._entries:
             raise KeyError(f"request {request_id} dispatched twice")
         self._entries[request_id] = _Entry(
-            prefill_instance_id, prefill_work_s, decode_instance_id, kv_bytes, decode_context_tokens
+            prefill_instance_id, prefill_work_s, decode_instance_id, kv_bytes
         )
         self._add_prefill(prefill_instance_id, prefill_work_s)
         self._decode_requests[decode_instance_id] = self.decode_requests(decode_instance_id) + 1
@@ -85,9 +71,6 @@ class DispatchLedger:
         self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
         decode = entry.decode_instance_id
         self._decoding[decode] = self._decoding.get(decode, 0) + 1
-        self._decoding_context[decode] = (
-            self.decoding_context_tokens(decode) + entry.decode_context_tokens
-        )
 
     def decode_done(self, request_id: RequestId) -> None:
         entry = self._entries.pop(request_id)
@@ -96,7 +79,6 @@ class DispatchLedger:
             self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
         else:
             self._decoding[decode] -= 1
-            self._decoding_context[decode] -= entry.decode_context_tokens
         self._decode_requests[decode] -= 1
         self._decode_kv_bytes[decode] -= entry.kv_bytes
 
@@ -109,10 +91,6 @@ class DispatchLedger:
     def decoding_requests(self, instance_id: InstanceId) -> int:
         """Requests on `instance_id` whose prefill is done: its decode batch and queue now."""
         return self._decoding.get(instance_id, 0)
-
-    def decoding_context_tokens(self, instance_id: InstanceId) -> int:
-        """The sum of `lifetime_context_tokens` over the requests `decoding_requests` counts."""
-        return self._decoding_context.get(instance_id, 0)
 
     def decode_kv_bytes(self, instance_id: InstanceId) -> float:
         return self._decode_kv_bytes.get(instance_id, 0.0)

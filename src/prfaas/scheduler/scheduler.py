@@ -28,7 +28,7 @@ from prfaas.scheduler.decisions import (
     ServePath,
     SetThreshold,
 )
-from prfaas.scheduler.load import DispatchLedger, lifetime_context_tokens
+from prfaas.scheduler.load import DispatchLedger
 from prfaas.scheduler.placement import place
 from prfaas.scheduler.policies import RoutingPolicy
 from prfaas.scheduler.rebalancer import RebalancePolicy, StageStats, Window
@@ -106,9 +106,6 @@ class GlobalScheduler:
             self.config.prefill_s(on_prfaas, decision.uncached_tokens),
             decision.decode_instance_id,
             self.config.kv_bytes(request.input_tokens + request.output_tokens),
-            decode_context_tokens=lifetime_context_tokens(
-                request.input_tokens, request.output_tokens
-            ),
         )
         if self.rebalancer is not None:  # the window feeds only the slow loop
             self._window.observe(request, decision)

@@ -10,7 +10,7 @@ carries out its verdicts on the HTTP path:
               rejected as `deferred-too-long`; prfaas:admission_deferrals_total counts waits
 
 Settings live in the deployment file under `router.admission` (`AdmissionSpec`); the TTFT
-and TPOT objectives are given there, since the router has no scenario SLO. Off by default.
+objective is given there, since the router has no scenario SLO. Off by default.
 """
 
 from __future__ import annotations
@@ -46,10 +46,6 @@ class AdmissionSpec(BaseModel):
     ttft_slo_s: float = Field(default=10.0, gt=0)
     margin_fraction: float = Field(default=0.0, ge=0)
     max_defer_s: float = Field(default=30.0, ge=0)
-    # The decode-step check (docs/scheduler.md): the predicted step of the chosen decode instance
-    # held to this TPOT objective; off when None. Live, the step comes from the router's
-    # `LiveProfile` (a nominal step, infinite past the instances' max_batch_size).
-    tpot_slo_s: float | None = Field(default=None, gt=0)
 
     def policy(self) -> AdmissionPolicy | None:
         mode = AdmissionMode(self.mode)
@@ -61,7 +57,6 @@ class AdmissionSpec(BaseModel):
                 ttft_slo_s=self.ttft_slo_s,
                 margin_fraction=self.margin_fraction,
                 max_defer_s=self.max_defer_s,
-                tpot_slo_s=self.tpot_slo_s,
             )
         )
 

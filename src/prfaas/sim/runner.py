@@ -103,7 +103,6 @@ def admission_policy(config: RunConfig) -> AdmissionPolicy | None:
             ttft_slo_s=ttft_slo_s,
             margin_fraction=body.margin_fraction,
             max_defer_s=body.max_defer_s,
-            tpot_slo_s=config.simulation.slo.tpot_s if body.decode_step_check else None,
         )
     )
 
