@@ -305,7 +305,7 @@ async def _attempt(
         rt.metrics.hit_tokens.labels(decision.path.value).inc(result.hit_tokens)
         yield Placed(request_id, decision, result, len(tokens), record.get("move"))
         first_logprob = result.first_logprob  # the prefill instance sampled the first token
-        async for chunk in _decode(rt, decision, tokens, result.first_token, sampling):
+        async for chunk in _decode(rt, decision, tokens, result, sampling):
             if first_logprob is not None and chunk.token_id is not None:
                 if chunk.logprob is None:
                     yield chunk.model_copy(update={"logprob": first_logprob})
@@ -461,15 +461,16 @@ async def _decode(
     rt: RouterRuntime,
     decision: RouteDecision,
     tokens: list[int],
-    first_token: int,
+    prefilled: p.PrefillResult,
     sampling: p.Sampling,
 ) -> AsyncIterator[p.DecodeChunk]:
     decode = rt.registry.instances[decision.decode_instance_id]
     body = p.DecodeRequest(
         request_id=decision.request_id,
         token_ids=tokens,
-        first_token=first_token,
+        first_token=prefilled.first_token,
         sampling=sampling,
+        first_finish_reason=prefilled.first_finish_reason,
     )
     timeout = httpx.Timeout(rt.deployment.router.request_timeout_s, connect=2.0)
     try:

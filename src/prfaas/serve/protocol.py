@@ -21,7 +21,7 @@ number: the router pulls what it has not seen, in order (pull-based events, hous
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -188,6 +188,10 @@ class PrefillResult(_Body):
     prefill_s: float
     transfer_s: float
     first_logprob: Logprob | None = None  # when the sampling asked for logprobs
+    # "stop" when the first token already ended the request (EOS, a stop token or a stop
+    # string), as decided by an engine that decides it at the prefill (the vllm backend); the
+    # router hands it to the decode instance. Other backends decide on the decode instance.
+    first_finish_reason: Literal["stop"] | None = None
 
 
 class DecodeRequest(_Body):
@@ -195,6 +199,7 @@ class DecodeRequest(_Body):
     token_ids: list[int] = Field(min_length=1)
     first_token: int
     sampling: Sampling
+    first_finish_reason: Literal["stop"] | None = None  # PrefillResult's
 
 
 class DecodeChunk(_Body):

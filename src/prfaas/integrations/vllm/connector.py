@@ -11,7 +11,9 @@ A request opts in through its `kv_transfer_params` (the prfaas instance shell se
     prefill: {"prfaas_send": {"transfer_id", "host", "port", "from_token"}}, max_tokens 1
              -> the response's kv_transfer_params {"prfaas_transfer_id", "prfaas_num_tokens",
                 "prfaas_kv_bytes", "prfaas_from_token"}
-    decode:  {"prfaas_recv": {"transfer_id"}}
+    decode:  {"prfaas_recv": {"transfer_id"}}, prompt = the prefill's prompt + its token
+    drop:    {"prfaas_recv": {"transfer_id", "discard": true}}: the staged transfer is not
+             needed (the request ended at its first token)
 
 Prefill side (push, layer-wise). Each scheduler step, the scheduler half names the blocks of
 every sending request that this step completes (`SaveSpec`: full blocks as they fill, the
@@ -25,11 +27,15 @@ mamba group) and finishes the transfer. `request_finished_all_groups` returns
 (`get_finished`), which it does only once the receiver has committed every byte (or the
 transfer failed) and vLLM has told it the request finished.
 
-For hybrid (mamba) models the prefill stops one token short, like vLLM's NIXL connector:
-the decode side needs h(N-1) to compute the last prompt token itself.
+The prefill computes every prompt token and samples the first output token; the decode
+request's prompt is the prompt plus that token, so the decode side computes exactly the
+forwards a single engine would after its prefill (the first token on). vLLM's NIXL connector
+instead stops a hybrid prefill one token short and lets the decode side compute the last
+prompt token in a one-token forward: in bf16 that rounds differently from the prefill's and
+flips the model's near ties.
 
 Decode side (asynchronous load). `get_num_new_matched_tokens` answers
-`(prompt - backoff - locally cached, True)`: vLLM allocates blocks and parks the request in
+`(prompt - 1 - locally cached, True)`: vLLM allocates blocks and parks the request in
 `WAITING_FOR_REMOTE_KVS`; `update_state_after_alloc` records its block ids; the worker half
 waits for the transfer to be committed in its receiver, copies the slices into those blocks
 (attention KV from the local hit on; the state into the request's state block) and reports
@@ -137,7 +143,6 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
         self._groups = kv_cache_config.kv_cache_groups
         self._is_mamba = [isinstance(g.kv_cache_spec, MambaSpec) for g in self._groups]
         self._block_tokens = [g.kv_cache_spec.block_size for g in self._groups]
-        self._backoff = 1 if any(self._is_mamba) else 0
         self._group_of = {n: i for i, g in enumerate(self._groups) for n in g.layer_names}
         if role is KVConnectorRole.SCHEDULER:
             self._sending: dict[str, _Sending] = {}
@@ -154,11 +159,6 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
         send = (request.kv_transfer_params or {}).get("prfaas_send")
         if not send:
             return
-        if self._backoff and request.num_prompt_tokens > self._backoff:
-            # the decode side computes the last token itself: it needs the state before it
-            del request.prompt_token_ids[-self._backoff :]
-            del request._all_token_ids[-self._backoff :]
-            request.num_prompt_tokens -= self._backoff
         block = self._block_tokens[0]
         from_token = min(int(send.get("from_token", 0)), request.num_prompt_tokens)
         from_token -= from_token % block
@@ -177,9 +177,9 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
         recv = (request.kv_transfer_params or {}).get("prfaas_recv")
         if not recv or recv.get("consumed"):
             return 0, False
-        remote_tokens = request.num_prompt_tokens - self._backoff
-        count = remote_tokens - num_computed_tokens
-        if count <= 0:
+        # the transfer holds the prompt minus its last token, the prefill's sampled one
+        count = request.num_prompt_tokens - 1 - num_computed_tokens
+        if count <= 0 or recv.get("discard"):
             self._discards.append(str(recv["transfer_id"]))
             recv["consumed"] = True
             return 0, False

@@ -19,10 +19,14 @@ which the child runs on this instance's `transfer_port`.
                  in prfaas's hash chain (`vllm_events`), vLLM's load from its /metrics, and
                  the connector's link telemetry from its status file
 
-The first token the prefill returns is vLLM's own; for hybrid models the prefill stops one
-token short (the decode side computes the last prompt token from the transferred state), so
-it is a token predicted from the prompt minus one. The decode side samples every output token
-itself; the text the client sees is the decode child's.
+The prefill computes every prompt token and samples the first output token, as a single
+engine would; the decode child gets the prompt plus that token, holds the KV (and, for hybrid
+models, the state) of the prompt from the transfer, and computes only the first token onwards:
+the same forwards as one engine, so greedy text equals a single engine's bit for bit (the
+hybrid state cannot be rolled back, so the decode cannot recompute a prompt token). Whether the
+first token ended the request (EOS, a stop string) is vLLM's answer at the prefill. The output
+text is made here, with vLLM's algorithm (`vllm_text`), and stop strings are checked on it:
+the decode child sees the first token as prompt, so its own text would not join.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
 from prfaas.serve.backends.vllm_spec import VllmSpec
+from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
 from prfaas.serve.config import (
     Deployment,
     InstanceRole,
@@ -107,6 +112,7 @@ class VllmBackend:
         except SpecError as err:
             raise BadRequestError(f"backend vllm: {err}") from None
         self.is_hybrid = self.model.state_bytes(1) > 0
+        self._tokenizer = load_tokenizer(self.model_dir)
         self.python = vllm_python()
         self.port = free_port(spec.host)
         self.events_port = free_port(spec.host)
@@ -278,7 +284,8 @@ class VllmBackend:
 
     # --- prefill -----------------------------------------------------------------------
 
-    def _sampling(self, sampling: p.Sampling, max_tokens: int) -> dict[str, Any]:
+    def _sampling(self, sampling: p.Sampling, max_tokens: int, *, stop: bool) -> dict[str, Any]:
+        """vLLM's sampling fields; `stop`: whether the child checks the stop strings."""
         if sampling.logprobs is not None:  # the router refuses them first (computes_logprobs)
             raise BadRequestError("logprobs: not carried by the vllm backend", param="logprobs")
         return {
@@ -287,28 +294,31 @@ class VllmBackend:
             "top_p": sampling.top_p,
             "top_k": sampling.top_k if sampling.top_k > 0 else -1,
             "seed": sampling.seed,
-            "stop": sampling.stop,
+            "stop": sampling.stop if stop else [],
             "ignore_eos": sampling.ignore_eos,
             "return_token_ids": True,
         }
 
     async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult:
-        """Prefill on the child; its connector ships the KV to the decode instance."""
+        """Prefill on the child; its connector ships the KV to the decode instance. A request
+        that ends at its first token (max_tokens 1) ships nothing: no decode will load it."""
         assert self._client is not None
         started = time.monotonic()
+        ships = body.sampling.max_tokens > 1
         request = {
             "model": self._deployment.model_name,
             "prompt": body.token_ids,
-            **self._sampling(body.sampling, 1),
-            "kv_transfer_params": {
+            **self._sampling(body.sampling, 1, stop=True),
+        }
+        if ships:
+            request["kv_transfer_params"] = {
                 "prfaas_send": {
                     "transfer_id": body.request_id,
                     "host": body.decode_transfer_host,
                     "port": body.decode_transfer_port,
                     "from_token": body.from_token,
                 }
-            },
-        }
+            }
         try:
             response = await self._client.post(self.url + "/v1/completions", json=request)
         except httpx.HTTPError as err:
@@ -316,18 +326,20 @@ class VllmBackend:
         if response.status_code != 200:
             raise _child_error(response)
         answer = response.json()
+        choice = answer["choices"][0]
         params = answer.get("kv_transfer_params") or {}
-        if "prfaas_kv_bytes" not in params:
+        if ships and "prfaas_kv_bytes" not in params:
             raise NoCapacityError("vLLM finished the prefill without handing its KV over")
         details = answer["usage"].get("prompt_tokens_details") or {}
         return p.PrefillResult(
             request_id=body.request_id,
-            first_token=answer["choices"][0]["token_ids"][0],
+            first_token=choice["token_ids"][0],
             hit_tokens=int(details.get("cached_tokens") or 0),
-            kv_bytes=int(params["prfaas_kv_bytes"]),
+            kv_bytes=int(params.get("prfaas_kv_bytes", 0)),
             num_slices=0,
             prefill_s=time.monotonic() - started,
             transfer_s=0.0,
+            first_finish_reason="stop" if choice.get("finish_reason") == "stop" else None,
         )
 
     def link_signals(self) -> list[LinkSignals]:
@@ -364,38 +376,73 @@ class VllmBackend:
         return out
 
     async def _stream(self, body: p.DecodeRequest, out: asyncio.Queue[Item]) -> None:
-        assert self._client is not None
-        request = {
-            "model": self._deployment.model_name,
-            "prompt": body.token_ids,
-            **self._sampling(body.sampling, body.sampling.max_tokens),
-            "stream": True,
-            "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.request_id}},
-        }
-        ids: list[int] = []
-        text = ""
-        finish: str | None = None
+        ids = [body.first_token]
+        out.put_nowait(Token(body.first_token))
+        text = OutputText(self._tokenizer, body.token_ids, body.sampling.stop)
+        stopped = text.add(body.first_token)  # the prefill checked the same stop strings
+        finish: str | None = body.first_finish_reason or ("stop" if stopped else None)
+        if body.first_finish_reason and not stopped:
+            text.text = ""  # EOS or a stop token id: vLLM leaves that token out of the text
         try:
-            async with self._client.stream(
-                "POST", self.url + "/v1/completions", json=request
-            ) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    raise _child_error(response)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    for choice in chunk.get("choices", []):
-                        for token_id in choice.get("token_ids") or []:
-                            ids.append(token_id)
-                            out.put_nowait(Token(token_id))
-                        text += choice.get("text", "")
-                        finish = choice.get("finish_reason") or finish
+            if body.sampling.max_tokens > 1 and finish is None:
+                finish = await self._continue(body, ids, text, out)
+            elif body.sampling.max_tokens > 1:
+                await self._discard(body)  # no decode will load the staged KV
         except Exception as err:
             out.put_nowait(err)
             return
-        out.put_nowait(Finished(len(body.token_ids), tuple(ids), text, finish or "length"))
+        out.put_nowait(Finished(len(body.token_ids), tuple(ids), text.text, finish or "length"))
+
+    async def _continue(
+        self, body: p.DecodeRequest, ids: list[int], text: OutputText, out: asyncio.Queue[Item]
+    ) -> str | None:
+        """Decode from the first token on: the child's prompt is the prompt plus that token,
+        whose KV the connector loads. Returns the finish reason."""
+        assert self._client is not None
+        request = {
+            "model": self._deployment.model_name,
+            "prompt": [*body.token_ids, body.first_token],
+            **self._sampling(body.sampling, body.sampling.max_tokens - 1, stop=False),
+            "stream": True,
+            "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.request_id}},
+        }
+        finish: str | None = None
+        async with self._client.stream(
+            "POST", self.url + "/v1/completions", json=request
+        ) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise _child_error(response)
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    finish = choice.get("finish_reason") or finish
+                    new = list(choice.get("token_ids") or [])
+                    for k, token_id in enumerate(new):
+                        ids.append(token_id)
+                        out.put_nowait(Token(token_id))
+                        if finish == "stop" and k == len(new) - 1:
+                            break  # EOS or a stop token id (the child has no stop strings)
+                        if text.add(token_id):  # leaving the stream aborts it in vLLM
+                            return "stop"
+        return finish
+
+    async def _discard(self, body: p.DecodeRequest) -> None:
+        """Drop the KV staged for a request that needs no decode: a one-token request tells
+        the connector (it would otherwise hold the bytes until its staging deadline)."""
+        assert self._client is not None
+        request = {
+            "model": self._deployment.model_name,
+            "prompt": [body.first_token],
+            "max_tokens": 1,
+            "kv_transfer_params": {
+                "prfaas_recv": {"transfer_id": body.request_id, "discard": True}
+            },
+        }
+        response = await self._client.post(self.url + "/v1/completions", json=request)
+        if response.status_code != 200:
+            raise _child_error(response)
 
     def cancel(self, request_id: str) -> None:
         task = self._decodes.pop(request_id, None)
