@@ -62,7 +62,6 @@ LONG = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i 
 MAX_TOKENS = 12
 REQUEST_TIMEOUT_S = 120.0
 DTYPES = {"llama": "float32", "qwen3-next": "bfloat16"}
-HYBRID = {"qwen3-next"}
 
 
 @pytest.fixture(scope="session")
@@ -127,8 +126,6 @@ def _reference(model_dir: Path, preset: str, port: int) -> subprocess.Popen[byte
     argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.serve_main", "serve"]
     argv += [str(model_dir), "--port", str(port), "--served-model-name", f"tiny-{preset}"]
     argv += ["--enforce-eager", "--max-model-len", "4096", "--dtype", DTYPES[preset]]
-    if preset in HYBRID:  # as the instances (docs/vllm.md)
-        argv.append("--no-enable-prefix-caching")
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -212,7 +209,15 @@ def _state(stack: Stack) -> dict[str, Any]:
     return dict(httpx.get(stack.prfaas_url + "/admin/state", headers=headers, timeout=10).json())
 
 
-@pytest.mark.parametrize("prompt", [SHORT, LONG], ids=["short", "long"])
+# 511 bytes + <bos>: the prompt ends on a block boundary, where a hybrid decode side in vLLM's
+# "align" mode cannot take a moved state and computes the prompt itself (docs/vllm.md); its
+# own start, so that no instance holds a prefix of it
+ON_BOUNDARY = ("On a block boundary. " + LONG)[:511]
+
+
+@pytest.mark.parametrize(
+    "prompt", [SHORT, LONG, ON_BOUNDARY], ids=["short", "long", "on-block-boundary"]
+)
 def test_greedy_text_through_prfaas_and_pd_equals_one_vllm(stack: Stack, prompt: str) -> None:
     expected = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
     via_prfaas = _complete(stack.prfaas_url, stack.model, prompt)
@@ -271,8 +276,6 @@ def _wait_decode_side_empty(stack: Stack, timeout_s: float) -> None:
 
 
 def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:
-    if stack.preset in HYBRID:
-        pytest.skip("hybrid instances run without vLLM prefix caching (docs/vllm.md)")
     prompt = "A fresh document. " + LONG
     first = _complete(stack.prfaas_url, stack.model, prompt)
     time.sleep(1.5)  # the router pulls cache events every poll_interval_s
@@ -284,8 +287,13 @@ def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:
     decisions = reversed(_state(stack)["recent_decisions"])
     record = next(r for r in decisions if r["status"] == "completed")
     assert record["reused_prefix_tokens"] >= 1024  # the index, fed by vLLM's events, agreed
-    # the decode instance held the prompt too: only what it lacked was shipped
-    assert second["prfaas"]["kv_bytes"] < first["prfaas"]["kv_bytes"]
+    if stack.preset == "llama":
+        # the decode instance held the prompt too: only what it lacked was shipped
+        assert second["prfaas"]["kv_bytes"] < first["prfaas"]["kv_bytes"]
+    else:
+        # a hybrid decode side holds the moved state at the prompt's end, not at a block
+        # boundary, so vLLM keeps no restorable prefix there: the whole prompt ships again
+        assert second["prfaas"]["kv_bytes"] == first["prfaas"]["kv_bytes"]
 
 
 def _connector_status(stack: Stack, name: str) -> dict[str, Any]:

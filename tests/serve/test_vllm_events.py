@@ -15,7 +15,12 @@ from prfaas.kvcache import BlockRemoved, BlockStored, GlobalKVCacheIndex, HashSc
 from prfaas.kvcache.hashing import HASH_ALGORITHM, CacheIdentity
 from prfaas.kvcache.ids import ClusterId, InstanceId
 from prfaas.kvcache.layout import GroupKind
-from prfaas.serve.backends.vllm_events import ATTENTION_GROUP, STATE_GROUP, EventTranslator
+from prfaas.serve.backends.vllm_events import (
+    ATTENTION_GROUP,
+    MAX_WAITING,
+    STATE_GROUP,
+    EventTranslator,
+)
 
 VLLM_BLOCK = 128
 SCHEME = HashScheme(block_tokens=64, model_fingerprint="tiny-llama:test", seed=0)
@@ -80,7 +85,42 @@ def test_removal_and_clear_undo_exactly_what_was_stored() -> None:
 def test_a_block_stored_before_its_parent_was_seen_is_not_guessed() -> None:
     t = EventTranslator(ME, SCHEME, is_hybrid=False)
     assert t.translate(batch(stored([b"x"], b"unknown", list(range(128))))) == []
-    assert t.num_unknown_parents == 1
+    assert t.num_waiting == 1
+    for k in range(MAX_WAITING):  # a parent that never comes: dropped, oldest first
+        t.translate(batch(stored([k], b"never", list(range(128)))))
+    assert (t.num_waiting, t.num_dropped) == (MAX_WAITING, 1)
+
+
+def test_an_align_mode_state_event_names_only_its_last_block() -> None:
+    # vLLM 0.32, prefix caching on a hybrid: the mamba group keeps the state at the replay
+    # boundary only, and its event spans every token from the root with that block's hash
+    prompt = list(range(3, 3 + 3 * VLLM_BLOCK))
+    t = EventTranslator(ME, SCHEME, is_hybrid=True)
+    out = t.translate(
+        batch(
+            stored([13], None, prompt, group=0, kind="mamba"),
+            stored([11, 12, 13], None, prompt, group=1),
+        )
+    )
+    states = [e.block_hash for e in out if e.group_index == STATE_GROUP]
+    assert states == [SCHEME.hash_tokens(prompt)[-1]]  # at 384 tokens, not at 128
+    assert t.held_prefix_tokens([*prompt, 7]) == 3 * VLLM_BLOCK
+
+
+def test_a_state_block_stored_before_its_parent_attention_block_is_chained() -> None:
+    # vLLM stores a hybrid's mamba group first: its state block names a parent whose
+    # attention block comes later in the same batch (or the next one)
+    prompt = list(range(3, 3 + 256))
+    t = EventTranslator(ME, SCHEME, is_hybrid=True)
+    state = stored([2], 1, prompt[128:], group=0, kind="mamba")
+    out = t.translate(batch(state))
+    assert out == [] and t.num_waiting == 1
+    out = t.translate(batch(stored([1, 2], None, prompt, group=1)))
+    assert (STATE_GROUP, SCHEME.hash_tokens(prompt)[-1]) in [
+        (e.group_index, e.block_hash) for e in out
+    ]
+    assert t.held_prefix_tokens(prompt) == 256
+    assert t.num_waiting == 0
 
 
 def test_hybrid_mamba_blocks_are_state_snapshots_at_the_block_end() -> None:

@@ -31,6 +31,35 @@ KINDS = ["memory", "tcp"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_transfer_with_nothing_to_send_completes_and_the_link_stays_up(kind: str) -> None:
+    """The decode side held the whole prompt (a dense model's prefix hit): the prefill ships
+    no slice. The END alone completes the transfer, and the next one on the same connection
+    still arrives (an empty transfer once killed the receiver's connection handler)."""
+    slices = synthetic_cache(TINY_HYBRID, 0, 100, seed=1)
+
+    async def scenario() -> None:
+        async with running_pair(make_transport(kind)) as pair:
+            empty = await pair.sender.start_transfer(pair.address, RequestId("empty"))
+            await empty.finish()
+            (received,) = await collect(pair.receiver, 1)
+            assert isinstance(received, TransferReceived) and received.num_slices == 0
+            assert pair.sink.committed(RequestId("empty")) == {}
+            pair.sink.release(RequestId("empty"))
+            after = await pair.sender.start_transfer(pair.address, RequestId("after"))
+            for s in slices:
+                await after.send_slice(s.key, s.dtype, s.shape, s.array)
+            await after.finish()
+            (received,) = await collect(pair.receiver, 1)
+            assert isinstance(received, TransferReceived)
+            assert received.num_slices == len(slices)
+            done: list[object] = []
+            await wait_until(lambda: done.extend(pair.sender.take_events()) or len(done) >= 2)
+            assert [type(e) for e in done] == [TransferCompleted, TransferCompleted]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("cached", "total"), [(0, 100), (48, 700), (640, 641)])
 def test_hybrid_cache_round_trip_is_bit_exact(kind: str, cached: int, total: int) -> None:
     """Every group kind (GQA, MLA, SWA window, linear state and conv) arrives bit for bit."""

@@ -73,7 +73,8 @@ class ArraySink:
         return self._views(meta.nbytes, pages)
 
     def commit(self, request_id: RequestId) -> None:
-        held = self._held[request_id]
+        # a transfer with no slice (the decode side held everything) commits empty
+        held = self._held.setdefault(request_id, _Held())
         if held.is_committed:
             raise ValueError(f"{request_id} committed twice")
         held.is_committed = True

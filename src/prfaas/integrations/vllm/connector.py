@@ -70,6 +70,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorTransferResults,
     SupportsHMA,
 )
+from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
 
 from prfaas.integrations.vllm.settings import ConnectorSettings
@@ -129,6 +130,17 @@ class _Sending:
     finalized: bool = False
 
 
+def _state_block(block_ids: list[int], block_tokens: int, num_tokens: int) -> int | None:
+    """The block holding a mamba group's state after `num_tokens` tokens, or None if vLLM
+    allocated none there. States are positional: block i holds the state after up to
+    (i + 1) x block tokens (with prefix caching, vLLM's "align" mode, earlier blocks may be
+    null; without it a mamba block spans the whole model length, so this is block 0)."""
+    index = (num_tokens - 1) // block_tokens
+    if index >= len(block_ids) or block_ids[index] == NULL_BLOCK_ID:
+        return None
+    return block_ids[index]
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -143,6 +155,16 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
         self._groups = kv_cache_config.kv_cache_groups
         self._is_mamba = [isinstance(g.kv_cache_spec, MambaSpec) for g in self._groups]
         self._block_tokens = [g.kv_cache_spec.block_size for g in self._groups]
+        # vLLM's "align" mamba cache mode (prefix caching on a hybrid model): before the
+        # first step it copies the state from block (computed - 1) // block into the step's
+        # block; for a load that ends on a block boundary the source is a null block, so
+        # such a request is computed locally instead (docs/vllm.md, Hybrid prefix caching)
+        self._aligned_state_tokens = [
+            g.kv_cache_spec.block_size
+            for g in self._groups
+            if isinstance(g.kv_cache_spec, MambaSpec)
+            and g.kv_cache_spec.mamba_cache_mode == "align"
+        ]
         self._group_of = {n: i for i, g in enumerate(self._groups) for n in g.layer_names}
         if role is KVConnectorRole.SCHEDULER:
             self._sending: dict[str, _Sending] = {}
@@ -178,8 +200,10 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
         if not recv or recv.get("consumed"):
             return 0, False
         # the transfer holds the prompt minus its last token, the prefill's sampled one
-        count = request.num_prompt_tokens - 1 - num_computed_tokens
-        if count <= 0 or recv.get("discard"):
+        moved = request.num_prompt_tokens - 1
+        count = moved - num_computed_tokens
+        on_boundary = any(moved % tokens == 0 for tokens in self._aligned_state_tokens)
+        if count <= 0 or recv.get("discard") or on_boundary:
             self._discards.append(str(recv["transfer_id"]))
             recv["consumed"] = True
             return 0, False
@@ -448,7 +472,10 @@ class _Worker:
                 group = self._group_of[name]
                 if not self._is_mamba[group] or not save.block_ids[group]:
                     continue
-                state_block = save.block_ids[group][-1]
+                block_tokens = self._groups[group].kv_cache_spec.block_size
+                state_block = _state_block(save.block_ids[group], block_tokens, save.num_tokens)
+                if state_block is None:
+                    continue  # no state to ship: the receiver's load fails, vLLM recomputes
                 for index, tensor in self._tensors[name]:
                     state = tensor[state_block]
                     key = SliceKey(index, group, save.num_tokens, save.num_tokens)
@@ -526,9 +553,11 @@ class _Worker:
 
     def _load_state(self, load: LoadSpec, group: int, tensor: torch.Tensor, got: list[Any]) -> bool:
         states = [(k, d) for k, _, d in got if k.token_start == k.token_end == load.end]
-        if len(states) != 1 or not load.block_ids[group]:
+        block_tokens = self._groups[group].kv_cache_spec.block_size
+        state_block = _state_block(load.block_ids[group], block_tokens, load.end)
+        if len(states) != 1 or state_block is None:
             return False
-        target = tensor[load.block_ids[group][-1]]
+        target = tensor[state_block]
         data = torch.frombuffer(bytearray(states[0][1]), dtype=torch.uint8)
         if data.numel() != target.numel() * target.element_size():
             return False

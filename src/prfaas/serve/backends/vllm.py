@@ -186,12 +186,10 @@ class VllmBackend:
             "--enforce-eager",
             "--max-model-len", str(s.max_model_len),
             "--max-num-seqs", str(spec.max_batch_size),
-            # hybrid: vLLM's mamba prefix caching ("align" mode) keeps states in blocks the
-            # connector cannot place yet (docs/vllm.md), so it runs without prefix caching
-            "--no-enable-prefix-caching" if self.is_hybrid else "--enable-prefix-caching",
+            "--enable-prefix-caching",  # hybrid models: vLLM's "align" mamba cache mode
             "--enable-prompt-tokens-details",
             "--kv-transfer-config", json.dumps(transfer),
-            *([] if self.is_hybrid else ["--kv-events-config", json.dumps(events)]),
+            "--kv-events-config", json.dumps(events),
             *(["--dtype", s.dtype] if s.dtype else []),
             *s.extra_args,
         ]  # fmt: skip

@@ -9,7 +9,13 @@ carries its parent's hash and its token ids, so each vLLM block becomes `vllm_bl
 prfaas blocks of B tokens (`deployment.block_tokens` must divide vLLM's block size), chained
 from the parent's last prfaas hash. Attention groups are stored block by block; a mamba
 group's block (vLLM caches a state only at block boundaries) becomes a state snapshot at
-that block's last boundary.
+that block's last boundary; in vLLM's "align" mode a mamba event names only the blocks whose
+state it keeps, with the tokens since its parent, so the chain is walked through the others.
+
+A stored block whose parent this translator has not seen yet waits (up to `MAX_WAITING`
+events) until the parent arrives: vLLM stores a hybrid model's mamba group before its
+attention group in the same step, so a state block often names a parent whose attention
+block comes later in the same batch. A block whose parent never comes is never guessed.
 
 Pure translation (no sockets): `EventSubscriber` below does the ZMQ part on a thread.
 """
@@ -17,7 +23,7 @@ Pure translation (no sockets): `EventSubscriber` below does the ZMQ part on a th
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +33,7 @@ from prfaas.kvcache.ids import BlockHash, InstanceId
 
 ATTENTION_GROUP = 0
 STATE_GROUP = 1
+MAX_WAITING = 4096  # stored events held for a parent not seen yet (the oldest go first)
 
 
 @dataclass(slots=True)
@@ -47,7 +54,8 @@ class EventTranslator:
         self._blocks: dict[Any, _Block] = {}  # vLLM hash -> its prfaas sub-blocks
         self._held: Counter[tuple[int, BlockHash]] = Counter()
         self._kinds: dict[Any, str] = {}
-        self.num_unknown_parents = 0
+        self._waiting: deque[dict[str, Any]] = deque()  # stored events, parent not seen yet
+        self.num_dropped = 0  # stored events whose parent never came (the index lacks them)
 
     def _group(self, event: dict[str, Any]) -> int:
         """prfaas group of an event: vLLM's group index, its kind learnt from stored events."""
@@ -92,7 +100,31 @@ class EventTranslator:
                     self._held[(group, block_hash)] = 1
                     self._release(group, block_hash, out)
                 self._blocks.clear()
+                self._waiting.clear()
+        self._retry_waiting(out)
         return out
+
+    @property
+    def num_waiting(self) -> int:
+        """Stored events held back until their parent block is seen."""
+        return len(self._waiting)
+
+    def _retry_waiting(self, out: list[CacheEvent]) -> None:
+        """Store every waiting event whose parent is now known, until none is."""
+        progress = True
+        while progress and self._waiting:
+            progress = False
+            for _ in range(len(self._waiting)):
+                event = self._waiting.popleft()
+                if self._parent_known(event):
+                    self._stored(event, out)
+                    progress = True
+                else:
+                    self._waiting.append(event)
+
+    def _parent_known(self, event: dict[str, Any]) -> bool:
+        parent = event.get("parent_block_hash")
+        return parent is None or _key(parent) in self._blocks
 
     def _stored(self, event: dict[str, Any], out: list[CacheEvent]) -> None:
         hashes, parent = event["block_hashes"], event.get("parent_block_hash")
@@ -106,9 +138,21 @@ class EventTranslator:
         elif (known := self._blocks.get(_key(parent))) is not None:
             chain = known.hashes[-1]
         else:
-            self.num_unknown_parents += 1  # stored before we subscribed: cannot chain
+            self._waiting.append(event)
+            if len(self._waiting) > MAX_WAITING:
+                self._waiting.popleft()  # stored before we subscribed, or lost: not guessed
+                self.num_dropped += 1
             return
-        for i, vllm_hash in enumerate(hashes):
+        # The hashes name the event's last blocks: an attention event names every block its
+        # tokens span; a mamba event in vLLM's "align" mode keeps states only at some
+        # boundaries, so it names the state blocks and spans the tokens since its parent
+        first_named = len(token_ids) // block_size - len(hashes)
+        if first_named < 0:
+            raise ValueError("a vLLM stored event names more blocks than its tokens span")
+        for i in range(first_named):  # blocks without a state here: only the chain moves on
+            for start in range(i * block_size, (i + 1) * block_size, b):
+                chain = self._scheme.next_token_block(chain, token_ids[start : start + b])
+        for i, vllm_hash in enumerate(hashes, start=first_named):
             tokens = token_ids[i * block_size : (i + 1) * block_size]
             key = _key(vllm_hash)
             block = self._blocks.get(key)
