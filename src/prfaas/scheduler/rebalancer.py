@@ -13,6 +13,11 @@ One step, on the window of requests routed since the last step:
    per step, and none while an instance still drains: toward the planner's N_p unless the
    measured bottleneck contradicts it, or toward the measured bottleneck when the planner is
    content but the other side is idle (utilisation under idle_utilisation).
+
+In overload (admission control refused >= overload_refusal_fraction of the window's routed
+requests) steps 2-3 change: the planner's N_p assumes every request is served, so the flip
+follows the admission refusals by stage instead (`_overload_flip_role`), and t is the planner's
+best for the PD-P count after that flip (docs/scheduler.md, "The slow loop in overload").
 """
 
 from __future__ import annotations
@@ -155,6 +160,7 @@ class RebalancePolicy:
         try:
             if window.refused_fraction >= self.config.overload_refusal_fraction:
                 flip = self._overload_flip_role(view, window)
+                # PD-P instances taking work after this step (one draining counts on neither side)
                 n_p = len(view.accepting(Role.PD_PREFILL))
                 if flip is not None:
                     n_p += 1 if flip.to_role is Role.PD_PREFILL else -1
