@@ -115,3 +115,102 @@ def test_small_windows_accumulate_until_min_samples() -> None:
             assert actions == []
     assert any(isinstance(a, SetThreshold) for a in actions)
     assert scheduler.rebalance(view, stats()) == []  # the window was consumed
+
+
+#: 40 lengths from 1K to 41K, 10% apart: dense enough that t moves with N_p.
+GEOMETRIC = [int(1000 * 1.1**k) for k in range(40)]
+
+
+def refusing_window(at_decode: int, at_pd_prefill: int, at_prfaas: int = 0) -> Window:
+    """40 dispatched requests (GEOMETRIC lengths) and the given refusals by stage."""
+    w = window(GEOMETRIC, output=343)
+    w.refused_at_decode, w.refused_at_pd_prefill, w.refused_at_prfaas = (
+        at_decode,
+        at_pd_prefill,
+        at_prfaas,
+    )
+    return w
+
+
+def test_overload_decode_refusals_flip_pd_prefill_to_decode_and_lower_t(
+    config: RebalanceConfig,
+) -> None:
+    # Admission refused 10 of 50 routed, 8 for a full decode batch: decode is what is short,
+    # whatever the steady-state planner wants (it assumes every request is served). The new t
+    # is the planner's for the 3 PD-P instances left, below its t for 4.
+    policy = RebalancePolicy(config)
+    view = case_study_view(n_p=4, n_d=4)
+    busy = stats(0.97, 0.7)
+    actions = policy.step(view, busy, refusing_window(8, 2), 19_600)
+    assert FlipRole("p3", Role.PD_DECODE, RebalanceReason.DECODE_BOTTLENECK) in actions
+    [new_t] = [a.threshold_tokens for a in actions if isinstance(a, SetThreshold)]
+    dispatched = window(GEOMETRIC, output=343)
+    assert new_t == policy.target(view, busy, dispatched, n_p=3)[1]
+    assert new_t < policy.target(view, busy, dispatched, n_p=4)[1]
+
+
+def test_overload_refusals_at_prfaas_or_balanced_flip_nothing(config: RebalanceConfig) -> None:
+    policy = RebalancePolicy(config)
+    view = case_study_view(n_p=4, n_d=4)
+    for refusals in [(0, 0, 20), (6, 5, 0), (2, 1, 10)]:
+        actions = policy.step(view, stats(0.97, 0.97), refusing_window(*refusals), 19_600)
+        assert not [a for a in actions if isinstance(a, FlipRole)], refusals
+
+
+def test_overload_flip_is_undone_only_past_the_hysteresis(config: RebalanceConfig) -> None:
+    policy = RebalancePolicy(config)
+    first = policy.step(case_study_view(4, 4), stats(), refusing_window(8, 0), 19_600)
+    assert any(isinstance(a, FlipRole) for a in first)  # decode refused 8 of 48 routed
+    after = case_study_view(n_p=3, n_d=5)
+    # PD-P now refuses 9 of 49 (18%): more than decode did (17%), less than twice: hold.
+    held = policy.step(after, stats(), refusing_window(0, 9), 19_600)
+    assert not [a for a in held if isinstance(a, FlipRole)]
+    # 20 of 60 (33%) is past twice 17%: the flip did not pay, undo it.
+    undone = policy.step(after, stats(), refusing_window(0, 20), 19_600)
+    assert FlipRole("d4", Role.PD_PREFILL, RebalanceReason.PREFILL_BOTTLENECK) in undone
+
+
+def test_below_the_overload_fraction_the_planner_decides(config: RebalanceConfig) -> None:
+    # 1 refusal in 41 routed (2.4%) is not overload: the planner's flip toward prefill stands.
+    actions = RebalancePolicy(config).step(
+        case_study_view(n_p=1, n_d=7), stats(0.95, 0.3, queue_s=30.0), refusing_window(1, 0), 40_000
+    )
+    assert FlipRole("d6", Role.PD_PREFILL, RebalanceReason.PREFILL_BOTTLENECK) in actions
+
+
+def test_scheduler_counts_admission_refusals_by_stage() -> None:
+    import math
+
+    from scheduler_fixtures import make_config, req
+
+    from prfaas.kvcache.ids import InstanceId, RequestId
+    from prfaas.scheduler import (
+        AdmissionConfig,
+        AdmissionMode,
+        AdmissionPolicy,
+        GlobalScheduler,
+        PrfaasPolicy,
+        Rejection,
+    )
+
+    hw = load_scenario("paper-case-study").hardware
+    sched_config = make_config(burst_enter_s=math.inf)
+    admission = AdmissionPolicy(AdmissionConfig(AdmissionMode.SHED, ttft_slo_s=2.0))
+    scheduler = GlobalScheduler(
+        PrfaasPolicy(sched_config),
+        sched_config,
+        RebalancePolicy(RebalanceConfig(hw, min_samples=1)),
+        admission,
+    )
+    view = case_study_view(n_p=1, n_d=1)
+    # 10 s of prefill queued on PD-P: a short prompt is refused on its predicted TTFT there.
+    scheduler.ledger.dispatch(RequestId("q"), InstanceId("p0"), 10.0, InstanceId("x"), 0)
+    assert isinstance(scheduler.route(req("short", 2_000), view), Rejection)
+    # The decode instance holds BS_max (8) requests past prefill: the next one is refused there.
+    for k in range(8):
+        scheduler.ledger.dispatch(RequestId(f"d{k}"), InstanceId("f0"), 0.1, InstanceId("d0"), 0)
+        scheduler.ledger.prefill_done(RequestId(f"d{k}"))
+    assert isinstance(scheduler.route(req("long", 40_000), view), Rejection)
+    w = scheduler._window
+    assert (w.refused_at_decode, w.refused_at_pd_prefill, w.refused_at_prfaas) == (1, 1, 0)
+    assert w.refused_fraction == 1.0 and w.uncached_tokens == []

@@ -13,6 +13,11 @@ One step, on the window of requests routed since the last step:
    per step, and none while an instance still drains: toward the planner's N_p unless the
    measured bottleneck contradicts it, or toward the measured bottleneck when the planner is
    content but the other side is idle (utilisation under idle_utilisation).
+
+In overload (admission control refused >= overload_refusal_fraction of the window's routed
+requests) steps 2-3 change: the planner's N_p assumes every request is served, so the flip
+follows the admission refusals by stage instead (`_overload_flip_role`), and t is the planner's
+best for the PD-P count after that flip (docs/scheduler.md, "The slow loop in overload").
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ from prfaas.scheduler.decisions import (
     FlipRole,
     RebalanceAction,
     RebalanceReason,
+    Rejection,
+    RejectReason,
     RouteDecision,
+    ServePath,
     SetThreshold,
 )
 from prfaas.scheduler.view import ClusterView, Role, RouteRequest
@@ -47,6 +55,8 @@ class RebalanceConfig:
     idle_utilisation: float = 0.5
     queue_s: float = 10.0
     min_threshold_change: float = 0.05
+    overload_refusal_fraction: float = 0.05
+    refusal_dominance: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +72,40 @@ class StageStats:
 
 @dataclass(slots=True)
 class Window:
-    """Lengths seen since the last step (post-prefix-match: the best hit anywhere)."""
+    """Lengths of the requests dispatched since the last step (post-prefix-match: the best hit
+    anywhere), and the requests admission control refused meanwhile, by the stage that was
+    short: the chosen decode instance's batch was full, or the predicted TTFT was over the SLO
+    on a PD-P or a PrfaaS prefill."""
 
     uncached_tokens: list[int] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    refused_at_decode: int = 0
+    refused_at_pd_prefill: int = 0
+    refused_at_prfaas: int = 0
 
     def observe(self, request: RouteRequest, decision: RouteDecision) -> None:
         best = max(request.hit_tokens.values(), default=0)
         self.uncached_tokens.append(max(1, request.input_tokens - min(best, request.input_tokens)))
         self.input_tokens += request.input_tokens
         self.output_tokens += request.output_tokens
+
+    def observe_refusal(self, decision: RouteDecision, refusal: Rejection) -> None:
+        if refusal.reason is RejectReason.DECODE_BATCH_FULL:
+            self.refused_at_decode += 1
+        elif decision.path is ServePath.PRFAAS:
+            self.refused_at_prfaas += 1
+        else:
+            self.refused_at_pd_prefill += 1
+
+    @property
+    def num_refused(self) -> int:
+        return self.refused_at_decode + self.refused_at_pd_prefill + self.refused_at_prfaas
+
+    @property
+    def refused_fraction(self) -> float:
+        """Refused / routed (dispatched + refused) over the window."""
+        return self.num_refused / max(1, len(self.uncached_tokens) + self.num_refused)
 
 
 def detect_bottleneck(stats: StageStats, config: RebalanceConfig) -> Stage | None:
@@ -89,9 +122,15 @@ def detect_bottleneck(stats: StageStats, config: RebalanceConfig) -> Stage | Non
 class RebalancePolicy:
     def __init__(self, config: RebalanceConfig) -> None:
         self.config = config
+        # The last flip made in overload: the role it gave and the share of routed requests
+        # that the stage it fed refused in the window that led to it.
+        self._overload_flip: tuple[Role, float] | None = None
 
-    def target(self, view: ClusterView, stats: StageStats, window: Window) -> tuple[int, int]:
-        """The planner's (N_p, t) for this window and the measured bandwidth."""
+    def target(
+        self, view: ClusterView, stats: StageStats, window: Window, n_p: int | None = None
+    ) -> tuple[int, int]:
+        """The planner's (N_p, t) for this window and the measured bandwidth; with `n_p`, the
+        best t for that many PD-P instances."""
         cfg = self.config
         num = len(window.uncached_tokens)
         workload = Workload(
@@ -109,8 +148,9 @@ class RebalancePolicy:
             link_gbps=max(stats.link_capacity_bytes_per_s * 8 / 1e9, 1e-6),
         )
         model = StageModel.build(hw, workload, cfg.step_tokens)
-        n_p, k = best_configuration(model, hw.prfaas.num_instances, range(1, n_pd), n_pd)
-        return n_p, round(float(model.split.threshold_tokens[k]))
+        choices = range(1, n_pd) if n_p is None else [n_p]
+        best_n_p, k = best_configuration(model, hw.prfaas.num_instances, choices, n_pd)
+        return best_n_p, round(float(model.split.threshold_tokens[k]))
 
     def step(
         self, view: ClusterView, stats: StageStats, window: Window, threshold_tokens: int
@@ -118,17 +158,60 @@ class RebalancePolicy:
         if len(window.uncached_tokens) < self.config.min_samples:
             return []
         try:
-            target_n_p, target_t = self.target(view, stats, window)
+            if window.refused_fraction >= self.config.overload_refusal_fraction:
+                flip = self._overload_flip_role(view, window)
+                # PD-P instances taking work after this step (one draining counts on neither side)
+                n_p = len(view.accepting(Role.PD_PREFILL))
+                if flip is not None:
+                    n_p += 1 if flip.to_role is Role.PD_PREFILL else -1
+                _, target_t = self.target(view, stats, window, max(1, n_p))
+            else:
+                self._overload_flip = None
+                target_n_p, target_t = self.target(view, stats, window)
+                flip = self._flip(view, stats, target_n_p)
         except PlanError:
             return []
         actions: list[RebalanceAction] = []
         change = abs(target_t - threshold_tokens) / max(threshold_tokens, 1)
         if view.count(Role.PRFAAS) and change > self.config.min_threshold_change:
             actions.append(SetThreshold(target_t, RebalanceReason.PLANNER_REOPTIMISED))
-        flip = self._flip(view, stats, target_n_p)
         if flip is not None:
             actions.append(flip)
         return actions
+
+    def _overload_flip_role(self, view: ClusterView, window: Window) -> FlipRole | None:
+        """In overload (admission refuses >= overload_refusal_fraction of what is routed) the
+        steady-state planner's N_p no longer applies: it assumes every request is served.
+        Flip toward the PD stage whose refusals are at least that fraction of the routed
+        requests and `refusal_dominance` x the other PD stage's. A flip that undoes the last
+        overload flip needs more: the stage it would feed must now refuse `refusal_dominance`
+        x the share the other stage refused when that flip was made (hysteresis: after a flip
+        the stage it took from refuses more, and load moves between windows; undoing on any
+        rise would flap)."""
+        if any(not i.is_accepting for i in view.instances):
+            return None  # one drain at a time
+        cfg = self.config
+        routed = len(window.uncached_tokens) + window.num_refused
+        at_decode, at_prefill = window.refused_at_decode, window.refused_at_pd_prefill
+        floor = cfg.overload_refusal_fraction * routed
+        if at_decode >= floor and at_decode >= cfg.refusal_dominance * at_prefill:
+            to_role, from_role, refused = Role.PD_DECODE, Role.PD_PREFILL, at_decode
+            reason = RebalanceReason.DECODE_BOTTLENECK
+        elif at_prefill >= floor and at_prefill >= cfg.refusal_dominance * at_decode:
+            to_role, from_role, refused = Role.PD_PREFILL, Role.PD_DECODE, at_prefill
+            reason = RebalanceReason.PREFILL_BOTTLENECK
+        else:
+            return None
+        share = refused / routed
+        last = self._overload_flip
+        if last is not None and last[0] is not to_role and share < cfg.refusal_dominance * last[1]:
+            return None
+        donors = view.accepting(from_role)
+        if len(donors) <= 1:
+            return None
+        self._overload_flip = (to_role, share)
+        donor = max(donors, key=lambda i: i.instance_id)
+        return FlipRole(donor.instance_id, to_role, reason)
 
     def _flip(self, view: ClusterView, stats: StageStats, target_n_p: int) -> FlipRole | None:
         if any(not i.is_accepting for i in view.instances):

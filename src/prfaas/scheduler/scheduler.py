@@ -67,6 +67,8 @@ class GlobalScheduler:
                 return verdict
             if verdict is not None:
                 self.reasons[f"rejected:{verdict.reason}"] += 1
+                if self.rebalancer is not None:  # refusals tell the slow loop what is short
+                    self._window.observe_refusal(decision, verdict)
                 return verdict
         self.reasons[f"{decision.path}:{decision.reason}"] += 1
         self._dispatch(decision, request)

@@ -166,6 +166,8 @@ class RebalanceSpec(_Strict):
     idle_utilisation: float = Field(default=0.5, ge=0, le=1)
     queue_s: float = Field(default=10.0, ge=0)
     min_threshold_change: float = Field(default=0.05, ge=0)
+    overload_refusal_fraction: float = Field(default=0.05, gt=0, le=1)
+    refusal_dominance: float = Field(default=2.0, ge=1)
     decode_slo_tokens_per_s: float = Field(default=20.0, gt=0)
     drain_timeout_s: float = Field(default=300.0, gt=0)
 

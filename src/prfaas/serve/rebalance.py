@@ -22,7 +22,8 @@ Observed stats, measured as the simulator measures them (`sim.cluster.stage_stat
     decode_waiting_requests   PD-D requests waiting for a batch slot (instance-reported)
     link_capacity_bytes_per_s the link's bandwidth (the `LinkView` the router routes with)
 
-The post-prefix-match lengths are the scheduler's own window (every routed request).
+The post-prefix-match lengths are the scheduler's own window (every routed request), and so
+are the admission refusals by stage that drive the slow loop in overload (docs/scheduler.md).
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def rebalance_policy(
         idle_utilisation=spec.idle_utilisation,
         queue_s=spec.queue_s,
         min_threshold_change=spec.min_threshold_change,
+        overload_refusal_fraction=spec.overload_refusal_fraction,
+        refusal_dominance=spec.refusal_dominance,
     )
     return RebalancePolicy(config)
 

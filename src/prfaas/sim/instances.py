@@ -77,7 +77,11 @@ class PrefillFacet:
 
     @property
     def is_idle(self) -> bool:
-        return not self.is_busy and not self.queue
+        """Nothing running or queued. A job leaves the queue as it ends, before the host hears
+        of it and before the next step clears `is_busy`, so the queue alone says it: a role
+        flip that waits for the last job (`SimInstance.settle_flip`, called from the host's
+        `prefill_finished`) would otherwise never see the facet idle."""
+        return not self.queue
 
     def enqueue(self, job: PrefillJob) -> None:
         self.queue.append(job)
