@@ -31,8 +31,8 @@ The prefill computes every prompt token and samples the first output token; the 
 request's prompt is the prompt plus that token, so the decode side computes exactly the
 forwards a single engine would after its prefill (the first token on). vLLM's NIXL connector
 instead stops a hybrid prefill one token short and lets the decode side compute the last
-prompt token in a one-token forward: in bf16 that rounds differently from the prefill's and
-flips the model's near ties.
+prompt token in a one-token forward, a computation a single engine never makes (a linear-
+attention state cannot be rolled back, so the decode side cannot recompute that token).
 
 Decode side (asynchronous load). `get_num_new_matched_tokens` answers
 `(prompt - 1 - locally cached, True)`: vLLM allocates blocks and parks the request in
@@ -158,7 +158,7 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
         # vLLM's "align" mamba cache mode (prefix caching on a hybrid model): before the
         # first step it copies the state from block (computed - 1) // block into the step's
         # block; for a load that ends on a block boundary the source is a null block, so
-        # such a request is computed locally instead (docs/vllm.md, Hybrid prefix caching)
+        # such a request is computed locally instead (docs/vllm.md, Limits)
         self._aligned_state_tokens = [
             g.kv_cache_spec.block_size
             for g in self._groups

@@ -22,8 +22,9 @@ which the child runs on this instance's `transfer_port`.
 The prefill computes every prompt token and samples the first output token, as a single
 engine would; the decode child gets the prompt plus that token, holds the KV (and, for hybrid
 models, the state) of the prompt from the transfer, and computes only the first token onwards:
-the same forwards as one engine, so greedy text equals a single engine's bit for bit (the
-hybrid state cannot be rolled back, so the decode cannot recompute a prompt token). Whether the
+the same forwards as one engine, so greedy text equals a single engine's (bit for bit where
+vLLM's kernels sum in one order: docs/vllm.md, Status; a hybrid state cannot be rolled back,
+so the decode cannot recompute a prompt token). Whether the
 first token ended the request (EOS, a stop string) is vLLM's answer at the prefill. The output
 text is made here, with vLLM's algorithm (`vllm_text`), and stop strings are checked on it:
 the decode child sees the first token as prompt, so its own text would not join.
