@@ -15,11 +15,10 @@ kernel splits a sequence's KV across threads or not as it schedules each step, a
 changes bf16 rounding, which flips this random-weight Qwen3-Next's tokens now and then (in 3 of
 23 prompt lengths, docs/vllm.md). Every engine here therefore runs with one reduction order
 (`VLLM_CPU_ATTN_SPLIT_KV=0`), the reference too, which also runs with the instances' engine
-settings. Qwen3-Next's instances run without vLLM prefix caching, so the prefix-hit test is
-Llama's only.
+settings (prefix caching on: vLLM's "align" mamba mode for Qwen3-Next).
 
-Needs the vLLM venv: `make test-vllm` builds it (`make setup-vllm`) and runs this module. It is
-marked `vllm` and left out of `make test` for now (docs/vllm.md).
+Needs the vLLM venv, which `make test` builds first (`make setup-vllm`); `make test-vllm` runs
+this module alone (marker `vllm`).
 """
 
 from __future__ import annotations
