@@ -195,7 +195,7 @@ def stack(
                 child.kill()
 
 
-def _complete(url: str, model: str, prompt: str, **fields: Any) -> dict[str, Any]:
+def _complete(url: str, model: str, prompt: str | list[int], **fields: Any) -> dict[str, Any]:
     body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
     body.update(fields)
     response = httpx.post(url + "/v1/completions", json=body, timeout=600)
@@ -272,6 +272,40 @@ def _wait_decode_side_empty(stack: Stack, timeout_s: float) -> None:
             return
         time.sleep(0.5)
     pytest.fail(f"the decode side still holds something: {status}, {state}")
+
+
+@pytest.mark.parametrize("url", ["prfaas_url", "pd_url"], ids=["prfaas", "pd-p"])
+def test_logprobs_are_vllms_own(stack: Stack, url: str) -> None:
+    """The first token's logprobs come from the prefill child, the rest from the decode
+    child: together the numbers `vllm serve` alone reports for the same prompt tokens, on
+    completions and chat."""
+    prompt = "Logprobs. " + SHORT
+    fields: dict[str, Any] = {"logprobs": 3, "max_tokens": 6}
+    # the reference keyed by token id: byte tokens' texts collide ("\ufffd") in a text-keyed
+    # dict, where vLLM keeps the last (worst) and prfaas the first (best) of them
+    expected = _complete(
+        stack.reference_url, stack.model, prompt, return_tokens_as_token_ids=True, **fields
+    )["choices"][0]
+    got = _complete(getattr(stack, url), stack.model, prompt, **fields)["choices"][0]
+    assert got["text"] == expected["text"]
+    want, have = expected["logprobs"], got["logprobs"]
+    assert have["token_logprobs"] == pytest.approx(want["token_logprobs"], abs=1e-5)
+    for mine, theirs in zip(have["top_logprobs"], want["top_logprobs"], strict=True):
+        assert max(mine.values()) == pytest.approx(max(theirs.values()), abs=1e-5)
+        for value in mine.values():
+            assert any(value == pytest.approx(v, abs=1e-5) for v in theirs.values())
+    # chat: the prompt prfaas prefills for these messages (docs/vllm.md, Limits: not vLLM's
+    # chat template), as a token prompt to the reference
+    messages = [{"role": "user", "content": prompt}]
+    body = {"model": stack.model, "messages": messages}
+    ids = httpx.post(getattr(stack, url) + "/tokenize", json=body, timeout=60).json()["tokens"]
+    reference = _complete(stack.reference_url, stack.model, ids, logprobs=2, max_tokens=4)
+    chat = body | {"max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    answer = httpx.post(getattr(stack, url) + "/v1/chat/completions", json=chat, timeout=600)
+    content = answer.json()["choices"][0]["logprobs"]["content"]
+    values = [entry["logprob"] for entry in content]
+    assert values == pytest.approx(reference["choices"][0]["logprobs"]["token_logprobs"], abs=1e-5)
+    assert all(len(entry["top_logprobs"]) == 2 for entry in content)
 
 
 def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:

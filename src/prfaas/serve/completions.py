@@ -144,8 +144,8 @@ async def _prepare(
         raise ModelNotFoundError(f"the model {req.model!r} does not exist")
     if req.num_logprobs is not None and not rt.registry.computes_logprobs():
         err = BadRequestError(
-            "logprobs: this deployment's instances compute no logprobs (emulated or vllm "
-            "backend; docs/serving.md)",
+            "logprobs: this deployment's instances compute no logprobs (emulated backend; "
+            "docs/serving.md)",
             param="logprobs",
         )
         err.code = "unsupported_parameter"

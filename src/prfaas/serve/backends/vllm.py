@@ -129,6 +129,7 @@ class VllmBackend:
             kv_capacity_bytes=kv_capacity,
             cache=CacheIdentity(scheme, HASH_ALGORITHM, kinds),
             peer=identity_for(self.model, deployment.block_tokens, deployment.hash_seed),
+            computes_logprobs=True,  # vLLM's own (raw logits), the first from the prefill
         )
         self.num_waiting = 0
         self.num_running = 0
@@ -285,9 +286,7 @@ class VllmBackend:
 
     def _sampling(self, sampling: p.Sampling, max_tokens: int, *, stop: bool) -> dict[str, Any]:
         """vLLM's sampling fields; `stop`: whether the child checks the stop strings."""
-        if sampling.logprobs is not None:  # the router refuses them first (computes_logprobs)
-            raise BadRequestError("logprobs: not carried by the vllm backend", param="logprobs")
-        return {
+        fields: dict[str, Any] = {
             "max_tokens": max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -297,6 +296,34 @@ class VllmBackend:
             "ignore_eos": sampling.ignore_eos,
             "return_token_ids": True,
         }
+        if sampling.logprobs is not None:  # keyed "token_id:N": ids, not texts that collide
+            fields.update(logprobs=sampling.logprobs, return_tokens_as_token_ids=True)
+        return fields
+
+    def _logprobs(self, choice: dict[str, Any], num_top: int | None) -> list[p.Logprob | None]:
+        """A choice's per-token logprobs (vLLM's completions shape, token ids as keys) as
+        ours, named with the model's tokenizer; Nones when none were asked for."""
+        raw = choice.get("logprobs")
+        count = len(choice.get("token_ids") or [])
+        if num_top is None or not raw:
+            return [None] * count
+
+        def named(key: str, value: float) -> p.TopLogprob:
+            token_id = int(key.removeprefix("token_id:"))
+            text = self._tokenizer.decode([token_id], skip_special_tokens=False)
+            return p.TopLogprob(
+                token_id=token_id, token=text, bytes=list(text.encode()), logprob=value
+            )
+
+        out: list[p.Logprob | None] = []
+        for key, value, top in zip(
+            raw["tokens"], raw["token_logprobs"], raw["top_logprobs"], strict=True
+        ):
+            best = sorted(top.items(), key=lambda item: -item[1])[:num_top]
+            out.append(
+                p.Logprob(**named(key, value).model_dump(), top=[named(k, v) for k, v in best])
+            )
+        return out
 
     async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult:
         """Prefill on the child; its connector ships the KV to the decode instance. A request
@@ -333,6 +360,7 @@ class VllmBackend:
         return p.PrefillResult(
             request_id=body.request_id,
             first_token=choice["token_ids"][0],
+            first_logprob=self._logprobs(choice, body.sampling.logprobs)[0],
             hit_tokens=int(details.get("cached_tokens") or 0),
             kv_bytes=int(params.get("prfaas_kv_bytes", 0)),
             num_slices=0,
@@ -418,9 +446,10 @@ class VllmBackend:
                 for choice in json.loads(line[6:]).get("choices", []):
                     finish = choice.get("finish_reason") or finish
                     new = list(choice.get("token_ids") or [])
+                    logprobs = self._logprobs(choice, body.sampling.logprobs)
                     for k, token_id in enumerate(new):
                         ids.append(token_id)
-                        out.put_nowait(Token(token_id))
+                        out.put_nowait(Token(token_id, logprobs[k]))
                         if finish == "stop" and k == len(new) - 1:
                             break  # EOS or a stop token id (the child has no stop strings)
                         if text.add(token_id):  # leaving the stream aborts it in vLLM
