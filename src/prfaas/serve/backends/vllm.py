@@ -63,7 +63,12 @@ from prfaas.serve.config import (
     free_port,
     transfer_secret,
 )
-from prfaas.serve.errors import BadRequestError, InstanceFailedError, NoCapacityError
+from prfaas.serve.errors import (
+    BadRequestError,
+    InstanceFailedError,
+    NoCapacityError,
+    ServeError,
+)
 from prfaas.serve.launcher import die_with_parent
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError
@@ -413,8 +418,9 @@ class VllmBackend:
         try:
             if body.sampling.max_tokens > 1 and finish is None:
                 finish = await self._continue(body, ids, text, out)
-            elif body.sampling.max_tokens > 1:
-                await self._discard(body)  # no decode will load the staged KV
+            elif body.sampling.max_tokens > 1:  # no decode will load the staged KV
+                with contextlib.suppress(httpx.HTTPError, ServeError):
+                    await self._discard(body)  # else the staging deadline drops it
         except Exception as err:
             out.put_nowait(err)
             return
