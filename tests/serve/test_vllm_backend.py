@@ -42,6 +42,7 @@ import yaml
 from prfaas.serve.backends.vllm import vllm_environment, vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
+    ADMIN_TOKEN_ENV_VAR,
     Backend,
     Deployment,
     InstanceRole,
@@ -143,7 +144,8 @@ def _second_router(
     with handle:
         yaml.safe_dump(other.model_dump(mode="json"), handle)
     argv = [sys.executable, "-m", "prfaas", "router", handle.name]
-    child = subprocess.Popen(argv, env=child_environment(other), stdout=subprocess.DEVNULL)
+    env = child_environment(other) | {ADMIN_TOKEN_ENV_VAR: launcher.admin_token}  # one key
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
     return f"http://127.0.0.1:{port}", child
 
 
@@ -203,9 +205,27 @@ def _complete(url: str, model: str, prompt: str | list[int], **fields: Any) -> d
     return dict(response.json())
 
 
-def _state(stack: Stack) -> dict[str, Any]:
+def _stream_texts(url: str, model: str, prompt: str, **fields: Any) -> list[str]:
+    """The non-empty text deltas of a streamed completion, in order."""
+    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
+    pieces = []
+    with httpx.stream(
+        "POST", url + "/v1/completions", json=body | fields | {"stream": True}, timeout=600
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                for choice in json.loads(line[6:]).get("choices", []):
+                    if choice.get("text"):
+                        pieces.append(choice["text"])
+    return pieces
+
+
+def _state(stack: Stack, url: str | None = None) -> dict[str, Any]:
+    """A router's /admin/state (both routers serve the same deployment: one admin key)."""
     headers = stack.launcher.admin_headers
-    return dict(httpx.get(stack.prfaas_url + "/admin/state", headers=headers, timeout=10).json())
+    answer = httpx.get((url or stack.prfaas_url) + "/admin/state", headers=headers, timeout=10)
+    return dict(answer.json())
 
 
 # 511 bytes + <bos>: the prompt ends on a block boundary, where a hybrid decode side in vLLM's
@@ -251,6 +271,10 @@ def test_first_token_endings_and_stop_strings_match_one_vllm(stack: Stack) -> No
             expected["text"],
             expected["finish_reason"],
         ), stop
+        # streamed as vLLM streams: no delta shows text the stop string later cuts off
+        pieces = _stream_texts(stack.prfaas_url, stack.model, prompt, stop=[stop])
+        assert "".join(pieces) == expected["text"], stop
+        assert pieces == _stream_texts(stack.reference_url, stack.model, prompt, stop=[stop])
     # a first-token stop discarded its staged KV: well before the staging deadline would
     _wait_decode_side_empty(stack, REQUEST_TIMEOUT_S / 2)
 
@@ -327,6 +351,64 @@ def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:
         # a hybrid decode side holds the moved state at the prompt's end, not at a block
         # boundary, so vLLM keeps no restorable prefix there: the whole prompt ships again
         assert second["prfaas"]["kv_bytes"] == first["prfaas"]["kv_bytes"]
+
+
+def _wait_router_holds(stack: Stack, url: str, name: str, prompt: str, tokens: int) -> None:
+    """Until instance `name`'s vLLM holds at least `tokens` of the prompt (its KV events,
+    which arrive over ZMQ after the response) and the router at `url` applied them all."""
+    ids = httpx.post(url + "/tokenize", json={"model": stack.model, "prompt": prompt}).json()
+    instance = stack.launcher.deployment.instance(name).url
+    signed = stack.launcher.instance_auth()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        held = httpx.post(instance + "/cached", json={"token_ids": ids["tokens"]}, auth=signed)
+        published = httpx.get(instance + "/state", params={"since": 10**9}, auth=signed)
+        seen = next(i for i in _state(stack, url)["instances"] if i["name"] == name)
+        if (
+            held.json()["tokens"] >= tokens
+            and seen["cache_events_applied"] >= published.json()["next_seq"]
+        ):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the router at {url} never saw {name} hold {tokens} tokens of the prompt")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "source", "target"),
+    [
+        ("prfaas_url", "pd_url", "prfaas-0", "pdp-0"),
+        ("pd_url", "prfaas_url", "pdp-0", "prfaas-0"),
+    ],
+    ids=["prfaas-to-pd", "pd-to-prfaas"],
+)
+def test_cache_moves_run_between_vllm_instances(
+    stack: Stack, first: str, second: str, source: str, target: str
+) -> None:
+    """The scheduler's `CacheMove` on vLLM instances: a prompt served on one path leaves its
+    prefix in that prefill instance's vLLM cache; the other router sends the same prompt the
+    other way, finds the longer prefix in the other cluster (bandwidth plentiful) and has the
+    holder's vLLM ship it to the target's, which then prefills only the tail (vLLM's own
+    count) and gives the single engine's text. A hybrid model's prefixes do not move on vLLM
+    (docs/vllm.md, Limits): its router schedules by the no-move rules instead."""
+    prompt = f"Moved from {source}. " + LONG
+    expected = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    before = _complete(getattr(stack, first), stack.model, prompt)
+    assert before["prfaas"]["prefill_instance"] == source
+    _wait_router_holds(stack, getattr(stack, second), source, prompt, 1024)
+    after = _complete(getattr(stack, second), stack.model, prompt)
+    assert after["prfaas"]["prefill_instance"] == target
+    assert after["choices"][0]["text"] == expected
+    decisions = reversed(_state(stack, getattr(stack, second))["recent_decisions"])
+    record = next(r for r in decisions if r["status"] == "completed")
+    assert record["mode"] == "plentiful"
+    if stack.preset == "qwen3-next":
+        assert "move" not in record and record["reason"].startswith("plentiful-no-move"), record
+        return
+    move = record["move"]
+    assert (move["source"], move["target"], move["status"]) == (source, target, "done"), move
+    assert move["tokens"] == move["hit_tokens"] >= 1024
+    assert move["kv_bytes"] > 0
+    assert after["prfaas"]["hit_tokens"] >= move["tokens"]  # the target's vLLM hit the move
 
 
 def _connector_status(stack: Stack, name: str) -> dict[str, Any]:

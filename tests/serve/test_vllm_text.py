@@ -60,6 +60,35 @@ def test_a_stop_string_cuts_the_text_where_it_first_appears(
     assert text.stopped_by == (None if cut < 0 else stop)
 
 
+@settings(max_examples=60, deadline=None)
+@given(output=TEXT, stops=st.lists(TEXT.filter(bool), max_size=3))
+def test_streamed_deltas_join_to_the_text_and_never_show_a_cut_stop(
+    tokenizer: Tokenizer, output: str, stops: list[str]
+) -> None:
+    """vLLM's streaming rule: the deltas add up to the final text, and a delta never
+    carries characters the end cuts off (so a client never sees part of a stop string)."""
+    text = OutputText(tokenizer, tokenizer.encode("Q: ").ids, stops)
+    streamed = ""
+    for token_id in _ids(tokenizer, output):
+        stopped = text.add(token_id)
+        streamed += text.delta()
+        assert text.text.startswith(streamed)
+        if stopped:
+            break
+    streamed += text.delta(finished=True)
+    assert streamed == text.text
+
+
+def test_the_held_back_tail_is_one_short_of_the_longest_stop(tokenizer: Tokenizer) -> None:
+    text = OutputText(tokenizer, tokenizer.encode("Q: ").ids, ["xyz", "q"])
+    deltas = []
+    for token_id in _ids(tokenizer, "abcdef"):
+        text.add(token_id)
+        deltas.append(text.delta())
+    assert deltas == ["", "", "a", "b", "c", "d"]
+    assert text.delta(finished=True) == "ef"
+
+
 def test_the_stop_string_that_completes_first_wins(tokenizer: Tokenizer) -> None:
     # vLLM checks after every token: "cd" is complete before "bcdef", which starts earlier
     text = _print(tokenizer, "Q: ", "abcdefgh", ["bcdef", "cd"])

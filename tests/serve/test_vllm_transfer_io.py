@@ -59,6 +59,38 @@ def test_a_burst_of_slices_arrives_whole_and_is_not_done_before_it_is_sent() -> 
         receiver.close()
 
 
+def test_a_cache_move_of_a_pd_instance_goes_through_its_link_paced_sender() -> None:
+    """A PD instance's transfers to its own decode side are not paced; its cache moves cross
+    the inter-cluster link, so they leave through the second sender, paced as the link."""
+    receiver_port = free_port()
+    receiver = _io(receiver_port)
+    settings = IoSettings(
+        "127.0.0.1", free_port(), SECRET, True, None, 64 * 2**20, None,
+        move_rate_limit_bytes_per_s=1e9,
+    )  # fmt: skip
+    sender = TransferIO(settings, IDENTITY)
+
+    async def peers(which: str) -> list[str]:
+        return [link.peer for link in getattr(sender, which).link_signals()]
+
+    try:
+        assert sender.move_sender is not sender.sender
+        peer = PeerAddress("127.0.0.1", receiver_port)
+        block = np.zeros(4096, dtype=np.uint8)
+        key = SliceKey(0, 0, 0, 128)
+        sender.send_slice("move", peer, key, dtype="uint8", shape=(4096,), payload=block,
+                          is_move=True)  # fmt: skip
+        sender.finish("move", peer, is_move=True)
+        _until(lambda: sender.is_done("move"), "the move's completion")
+        _until(lambda: receiver.poll_arrival("move") is not None, "the move's arrival")
+        assert receiver.poll_arrival("move") == (True, "")
+        assert sender.call(lambda: peers("move_sender")) != []
+        assert sender.call(lambda: peers("sender")) == []  # the unpaced one never connected
+    finally:
+        sender.close()
+        receiver.close()
+
+
 def test_its_threads_run_on_every_cpu_though_vllm_pinned_the_process() -> None:
     """vLLM's CPU worker pins its process to its compute cores; the transfer threads must not
     wait for a turn beside its spinning scheduler (docs/vllm.md, CPU placement)."""

@@ -59,8 +59,13 @@ class PrefillDone:
 
 @dataclass(frozen=True, slots=True)
 class Token:
+    """One output token. `text`: what it adds to the streamed text when the backend makes the
+    text itself (vLLM: its detokenizer, holding back a possible stop string's start); None:
+    the instance detokenizes the ids so far."""
+
     token_id: int
     logprob: p.Logprob | None = None
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +158,21 @@ class ShipsOwnKv(Protocol):
     async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult: ...
 
     def link_signals(self) -> list[LinkSignals]: ...
+
+
+@runtime_checkable
+class MovesOwnPrefixes(Protocol):
+    """A `ShipsOwnKv` backend that carries out cache moves through its engine (vLLM): the
+    holder ships its held prefix of a prompt to the target's transfer endpoint, the target
+    loads it into its engine's prefix cache. The shell checks addresses and keeps the count
+    of work in progress; the engine moves the bytes. `moves_prefixes` False: this model's
+    prefixes cannot be moved so (a hybrid one on vLLM: docs/vllm.md, Limits)."""
+
+    moves_prefixes: bool
+
+    async def ship_prefix(self, body: p.PrefixSendRequest) -> p.PrefixSendResult: ...
+
+    async def receive_prefix(self, body: p.PrefixImportRequest) -> p.PrefixImportResult: ...
 
 
 class InstanceBackend(Protocol):

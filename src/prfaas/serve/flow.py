@@ -6,8 +6,9 @@
 
 The scheduler object is the simulator's, unchanged, fed with wall time since router start.
 It is told that this host moves cached prefixes across clusters (`can_move_cache`) when every
-instance's backend can (torch) and `router.cache_moves` is on: a decision with a `CacheMove`
-first has the holder ship the prefix to the prefill instance (`_move`), then prefills there.
+instance's backend can (torch; vLLM on dense models) and `router.cache_moves` is on: a
+decision with a `CacheMove` first has the holder ship the prefix to the prefill instance
+(`_move`), then prefills there.
 Before a prefill the decode instance is asked what prefix it holds (`_decode_holds`), and the
 prefill ships attention KV only from there (`from_token`).
 Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`),
@@ -134,7 +135,7 @@ class RouterRuntime:
     @property
     def can_move_cache(self) -> bool:
         """Whether the router carries out `CacheMove`s: `router.cache_moves` is on and every
-        instance's backend can export and import prefixes (torch, not emulated)."""
+        instance's backend can export and import prefixes (torch; vLLM on dense models)."""
         infos = [i.info for i in self.registry.instances.values() if i.info is not None]
         able = bool(infos) and all(info.can_move_prefix for info in infos)
         return self.deployment.router.cache_moves and able  # one backend per deployment

@@ -54,6 +54,7 @@ from prfaas.serve.backend import (
     InstanceBackend,
     Item,
     KvSlice,
+    MovesOwnPrefixes,
     PrefillDone,
     PrefixMover,
     ShipsOwnKv,
@@ -178,7 +179,8 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         max_batch_size=spec.max_batch_size,
         cache=p.CacheIdentityBody.of(facts.cache),
         timing=_timing(facts),
-        can_move_prefix=isinstance(backend, PrefixMover),
+        can_move_prefix=isinstance(backend, PrefixMover)
+        or (isinstance(backend, MovesOwnPrefixes) and backend.moves_prefixes),
         reports_cached_prefix=isinstance(backend, CachedPrefixReporter),
         vocab_size=facts.vocab_size,
         computes_logprobs=facts.computes_logprobs,
@@ -245,21 +247,21 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     if not rt.spec.role.is_prefill:
         raise BadRequestError(f"instance {rt.spec.name} is not a prefill instance")
     check_vocabulary(rt, body.token_ids)
+    peer = transfer_peer(rt, body.decode_transfer_host, body.decode_transfer_port)
     rt.activity.prefill_started()
     try:
         if isinstance(rt.worker, ShipsOwnKv):
             return await rt.worker.prefill(body)
         assert rt.sender is not None
-        return await _run_prefill(rt, rt.sender, body)
+        return await _run_prefill(rt, rt.sender, peer, body)
     finally:
         rt.activity.prefill_ended()
 
 
 async def _run_prefill(
-    rt: InstanceRuntime, sender: Sender, body: p.PrefillRequest
+    rt: InstanceRuntime, sender: Sender, peer: PeerAddress, body: p.PrefillRequest
 ) -> p.PrefillResult:
     started = time.monotonic()
-    peer = transfer_peer(rt, body.decode_transfer_host, body.decode_transfer_port)
     transfer = await sender.start_transfer(peer, RequestId(body.request_id))
     loop = asyncio.get_running_loop()
     if body.from_token and isinstance(rt.worker, PrefixMover):
@@ -358,10 +360,13 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
             if not isinstance(item, Token):
                 continue
             ids.append(item.token_id)
-            text = rt.worker.detokenize(ids)
-            delta = ""
-            if text.startswith(sent) and not text.endswith("\ufffd"):
-                delta, sent = text[len(sent) :], text
+            if item.text is not None:
+                delta = item.text
+                sent += delta
+            else:
+                text, delta = rt.worker.detokenize(ids), ""
+                if text.startswith(sent) and not text.endswith("\ufffd"):
+                    delta, sent = text[len(sent) :], text
             yield _line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
@@ -395,6 +400,12 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
     """Export the pool's restorable prefix of the prompt and ship it to the target (the
     PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`)."""
     peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
+    if isinstance(rt.worker, MovesOwnPrefixes):
+        rt.activity.prefill_started()
+        try:
+            return await rt.worker.ship_prefix(body)
+        finally:
+            rt.activity.prefill_ended()
     mover = _mover(rt)
     sender = rt.move_sender or rt.sender
     assert sender is not None
@@ -426,6 +437,12 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
 
 async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.PrefixImportResult:
     """Wait for move `move_id`, then insert its slices into the pool as cached prefix."""
+    if isinstance(rt.worker, MovesOwnPrefixes):
+        rt.activity.prefill_started()
+        try:
+            return await rt.worker.receive_prefix(body)
+        finally:
+            rt.activity.prefill_ended()
     mover = _mover(rt)
     rt.activity.prefill_started()
     try:

@@ -8,7 +8,8 @@ Loaded by vLLM from outside its tree:
 
 A request opts in through its `kv_transfer_params` (the prfaas instance shell sets them):
 
-    prefill: {"prfaas_send": {"transfer_id", "host", "port", "from_token"}}, max_tokens 1
+    prefill: {"prfaas_send": {"transfer_id", "host", "port", "from_token", "move"}},
+             max_tokens 1 ("move": a cache move, paced as the link: `VllmBackend.ship_prefix`)
              -> the response's kv_transfer_params {"prfaas_transfer_id", "prfaas_num_tokens",
                 "prfaas_kv_bytes", "prfaas_from_token"}
     decode:  {"prfaas_recv": {"transfer_id"}}, prompt = the prefill's prompt + its token
@@ -98,6 +99,7 @@ class SaveSpec:
     ship_end: int
     is_last: bool
     num_tokens: int
+    is_move: bool  # a cache move: sent paced as the inter-cluster link
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +129,7 @@ class _Sending:
     port: int
     shipped: int  # tokens already named in a SaveSpec (block aligned until the last)
     from_token: int
+    is_move: bool
     finalized: bool = False
 
 
@@ -191,6 +194,7 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
             int(send["port"]),
             from_token,
             from_token,
+            bool(send.get("move", False)),
         )
 
     def get_num_new_matched_tokens(
@@ -260,6 +264,7 @@ class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
                     ship_end,
                     is_last,
                     total,
+                    sending.is_move,
                 )
             )
             sending.shipped = ship_end
@@ -380,6 +385,7 @@ class _Worker:
                 secret=secret,
                 payload_checks=settings.payload_checks,
                 rate_limit_bytes_per_s=settings.rate_limit_bytes_per_s,
+                move_rate_limit_bytes_per_s=settings.move_rate_limit_bytes_per_s,
                 sink_bytes=settings.sink_mib * 2**20,
                 status_path=settings.status_path,
                 staged_ttl_s=settings.staged_ttl_s,
@@ -461,6 +467,7 @@ class _Worker:
                 dtype=dtype,
                 shape=tuple(rows.shape),
                 payload=_raw(rows),
+                is_move=save.is_move,
             )
 
     def end_step(self, meta: PrfaasMetadata) -> None:
@@ -486,8 +493,9 @@ class _Worker:
                         dtype=_dtype_name(tensor.dtype),
                         shape=tuple(state.shape),
                         payload=_raw(state),
+                        is_move=save.is_move,
                     )
-            self.io.finish(save.transfer_id, peer)
+            self.io.finish(save.transfer_id, peer, save.is_move)
             self._sends[save.req_id] = save.transfer_id
 
     # --- completions ---------------------------------------------------------------------

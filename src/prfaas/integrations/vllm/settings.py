@@ -29,6 +29,7 @@ class ConnectorSettings(BaseModel):
     secret_env: str = "PRFAAS_TRANSFER_SECRET"
     payload_checks: bool = True
     rate_limit_bytes_per_s: float | None = Field(default=None, gt=0)  # PrfaaS: the link
+    move_rate_limit_bytes_per_s: float | None = Field(default=None, gt=0)  # PD: the link
     hash_seed: int = 0
     sink_mib: int = Field(default=256, gt=0)
     staged_ttl_s: float = Field(default=120.0, gt=0)

@@ -4,7 +4,8 @@ vLLM calls the connector from its model-runner thread, synchronously, between an
 forward passes; prfaas's transfer layer is asyncio. `TransferIO` owns one event loop on a
 daemon thread with one `Sender` (every role may prefill) and one `Receiver` writing into an
 `ArraySink` (every role may decode: a PD instance can be flipped), all with the deployment's
-secret, payload checks and, for a PrfaaS prefill, the link's token bucket.
+secret, payload checks and, for a PrfaaS prefill, the link's token bucket. A PD instance has
+a second sender paced by the link for cache moves (`is_move`), which cross the clusters.
 
 Prefill side (`send_slice`, `finish`, `abort`): each request's operations run in order on
 one task per transfer, so the model-runner thread only queues and returns (layer-wise
@@ -29,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,6 +91,7 @@ class IoSettings:
     rate_limit_bytes_per_s: float | None
     sink_bytes: int
     status_path: str | None
+    move_rate_limit_bytes_per_s: float | None = None  # PD: moves cross the link
     staged_ttl_s: float = 120.0
     status_interval_s: float = 0.5
     num_connections: int = 2
@@ -147,6 +149,10 @@ class TransferIO:
         )
         self.sink = ArraySink(s.sink_bytes)
         self.sender = Sender(config, self._identity, TcpTransport())
+        self.move_sender = self.sender
+        if s.move_rate_limit_bytes_per_s is not None:
+            paced = replace(config, rate_limit_bytes_per_s=s.move_rate_limit_bytes_per_s)
+            self.move_sender = Sender(paced, self._identity, TcpTransport())
         self.receiver = Receiver(receive_config, self._identity, TcpTransport(), self.sink)
         await self.receiver.start(PeerAddress(s.listen_host, s.listen_port))
         self._tasks = [
@@ -167,6 +173,8 @@ class TransferIO:
             for task in self._tasks:
                 task.cancel()
             await self.sender.close()
+            if self.move_sender is not self.sender:
+                await self.move_sender.close()
             await self.receiver.close()
 
         with contextlib.suppress(Exception):
@@ -184,14 +192,15 @@ class TransferIO:
         dtype: str,
         shape: tuple[int, ...],
         payload: Any,
+        is_move: bool = False,
     ) -> None:
-        """Queue one slice of `transfer_id` to `peer` (the transfer starts on its first)."""
-        self.submit(
-            lambda: self._enqueue(transfer_id, peer, ("slice", (key, dtype, shape, payload)))
-        )
+        """Queue one slice of `transfer_id` to `peer` (the transfer starts on its first);
+        `is_move`: a cache move, sent by the link-paced sender."""
+        op = ("slice", (key, dtype, shape, payload))
+        self.submit(lambda: self._enqueue(transfer_id, peer, op, is_move))
 
-    def finish(self, transfer_id: str, peer: PeerAddress) -> None:
-        self.submit(lambda: self._enqueue(transfer_id, peer, ("finish", None)))
+    def finish(self, transfer_id: str, peer: PeerAddress, is_move: bool = False) -> None:
+        self.submit(lambda: self._enqueue(transfer_id, peer, ("finish", None), is_move))
 
     def abort(self, transfer_id: str) -> None:
         def go() -> None:
@@ -215,23 +224,28 @@ class TransferIO:
     def forget(self, transfer_id: str) -> None:
         self.submit(lambda: self._outgoing.pop(transfer_id, None))
 
-    def _enqueue(self, transfer_id: str, peer: PeerAddress, op: tuple[str, Any]) -> None:
+    def _enqueue(
+        self, transfer_id: str, peer: PeerAddress, op: tuple[str, Any], is_move: bool
+    ) -> None:
         out = self._outgoing.get(transfer_id)
         if out is None:
             out = _Outgoing(asyncio.Queue(), TransferTiming(transfer_id, self._now()))
             self._outgoing[transfer_id] = out
             self._timings.append(out.timing)
             del self._timings[:-256]
-            task = asyncio.create_task(self._drive(transfer_id, peer, out))
+            sender = self.move_sender if is_move else self.sender
+            task = asyncio.create_task(self._drive(sender, transfer_id, peer, out))
             self._drivers.add(task)
             task.add_done_callback(self._drivers.discard)
         out.ops.put_nowait(op)
 
-    async def _drive(self, transfer_id: str, peer: PeerAddress, out: _Outgoing) -> None:
+    async def _drive(
+        self, sender: Sender, transfer_id: str, peer: PeerAddress, out: _Outgoing
+    ) -> None:
         timing = out.timing
         transfer = None
         try:
-            transfer = await self.sender.start_transfer(peer, RequestId(transfer_id))
+            transfer = await sender.start_transfer(peer, RequestId(transfer_id))
             while True:
                 kind, arg = await out.ops.get()
                 if kind == "abort":

@@ -118,6 +118,9 @@ class VllmBackend:
         except SpecError as err:
             raise BadRequestError(f"backend vllm: {err}") from None
         self.is_hybrid = self.model.state_bytes(1) > 0
+        # a moved hybrid prefix would end on a block boundary, where vLLM's align mode can
+        # neither place a loaded state nor keeps one it did not checkpoint (docs/vllm.md)
+        self.moves_prefixes = not self.is_hybrid
         self._tokenizer = load_tokenizer(self.model_dir)
         self.python = vllm_python()
         self.port = free_port(spec.host)
@@ -171,6 +174,8 @@ class VllmBackend:
         }
         if spec.role is InstanceRole.PRFAAS_PREFILL:
             extra["rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
+        else:  # a PD instance's cache moves cross the link
+            extra["move_rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
         transfer = {
             "kv_connector": "PrfaasConnector",
             "kv_connector_module_path": "prfaas.integrations.vllm.connector",
@@ -350,13 +355,7 @@ class VllmBackend:
                     "from_token": body.from_token,
                 }
             }
-        try:
-            response = await self._client.post(self.url + "/v1/completions", json=request)
-        except httpx.HTTPError as err:
-            raise InstanceFailedError(f"vllm serve did not answer: {err!r}") from None
-        if response.status_code != 200:
-            raise _child_error(response)
-        answer = response.json()
+        answer = await self._complete(request)
         choice = answer["choices"][0]
         params = answer.get("kv_transfer_params") or {}
         if ships and "prfaas_kv_bytes" not in params:
@@ -373,6 +372,81 @@ class VllmBackend:
             transfer_s=0.0,
             first_finish_reason="stop" if choice.get("finish_reason") == "stop" else None,
         )
+
+    # --- cache moves --------------------------------------------------------------------
+
+    async def ship_prefix(self, body: p.PrefixSendRequest) -> p.PrefixSendResult:
+        """The holder's half of a cache move: the prompt prefix this child's prefix cache
+        holds (k tokens, whole vLLM blocks, at most `max_tokens`) goes to the target. vLLM
+        has no call that exports blocks, so the move is the disaggregated flow itself: the
+        first k - 1 tokens run here as a one-token prefill (hits in this cache but for the
+        last block) that ships every block, paced as the link; the target loads them and
+        computes token k (`receive_prefix`)."""
+        self._refuse_hybrid_moves()
+        self._drain()
+        # vLLM computes at least a prompt's last token: a hit never spans the whole prompt
+        limit = min(body.max_tokens, len(body.token_ids) - 1)
+        k = self._translator.held_prefix_tokens(body.token_ids[:limit])
+        if self._translator.block_size is not None:
+            k -= k % self._translator.block_size
+        if k < 2:
+            return p.PrefixSendResult(move_id=body.move_id, tokens=0, kv_bytes=0, num_slices=0)
+        request = {
+            "model": self._deployment.model_name,
+            "prompt": body.token_ids[: k - 1],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "kv_transfer_params": {
+                "prfaas_send": {
+                    "transfer_id": body.move_id,
+                    "host": body.target_transfer_host,
+                    "port": body.target_transfer_port,
+                    "from_token": 0,
+                    "move": True,
+                }
+            },
+        }
+        params = (await self._complete(request)).get("kv_transfer_params") or {}
+        if "prfaas_kv_bytes" not in params:
+            raise NoCapacityError("vLLM finished the move's prefill without handing its KV over")
+        kv_bytes = int(params["prfaas_kv_bytes"])
+        return p.PrefixSendResult(move_id=body.move_id, tokens=k, kv_bytes=kv_bytes, num_slices=0)
+
+    async def receive_prefix(self, body: p.PrefixImportRequest) -> p.PrefixImportResult:
+        """The target's half: a one-token request for the prefix loads its first k - 1
+        tokens from the move and computes the last, which leaves all k in this child's
+        prefix cache for the prefill that follows. vLLM counts the loaded tokens as cached;
+        fewer means the load failed and vLLM computed the rest itself."""
+        self._refuse_hybrid_moves()
+        k = len(body.token_ids)
+        request = {
+            "model": self._deployment.model_name,
+            "prompt": body.token_ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.move_id}},
+        }
+        details = (await self._complete(request))["usage"].get("prompt_tokens_details") or {}
+        cached = int(details.get("cached_tokens") or 0)
+        hit = k if cached >= k - 1 else cached
+        return p.PrefixImportResult(move_id=body.move_id, hit_tokens=hit)
+
+    def _refuse_hybrid_moves(self) -> None:
+        if not self.moves_prefixes:
+            raise BadRequestError(
+                "a hybrid model's prefix is not moved between vLLM instances (docs/vllm.md)"
+            )
+
+    async def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A non-streamed completion from the child, its errors as ours."""
+        assert self._client is not None
+        try:
+            response = await self._client.post(self.url + "/v1/completions", json=request)
+        except httpx.HTTPError as err:
+            raise InstanceFailedError(f"vllm serve did not answer: {err!r}") from None
+        if response.status_code != 200:
+            raise _child_error(response)
+        return dict(response.json())
 
     def link_signals(self) -> list[LinkSignals]:
         """The connector's sender telemetry (its status file, refreshed every 0.5 s)."""
@@ -409,17 +483,18 @@ class VllmBackend:
 
     async def _stream(self, body: p.DecodeRequest, out: asyncio.Queue[Item]) -> None:
         ids = [body.first_token]
-        out.put_nowait(Token(body.first_token))
         text = OutputText(self._tokenizer, body.token_ids, body.sampling.stop)
         stopped = text.add(body.first_token)  # the prefill checked the same stop strings
         finish: str | None = body.first_finish_reason or ("stop" if stopped else None)
         if body.first_finish_reason and not stopped:
             text.text = ""  # EOS or a stop token id: vLLM leaves that token out of the text
+        ends = finish is not None or body.sampling.max_tokens == 1
+        out.put_nowait(Token(body.first_token, text=text.delta(finished=ends)))
         try:
             if body.sampling.max_tokens > 1 and finish is None:
                 finish = await self._continue(body, ids, text, out)
             elif body.sampling.max_tokens > 1:  # no decode will load the staged KV
-                with contextlib.suppress(httpx.HTTPError, ServeError):
+                with contextlib.suppress(ServeError):
                     await self._discard(body)  # else the staging deadline drops it
         except Exception as err:
             out.put_nowait(err)
@@ -455,10 +530,12 @@ class VllmBackend:
                     logprobs = self._logprobs(choice, body.sampling.logprobs)
                     for k, token_id in enumerate(new):
                         ids.append(token_id)
-                        out.put_nowait(Token(token_id, logprobs[k]))
-                        if finish == "stop" and k == len(new) - 1:
-                            break  # EOS or a stop token id (the child has no stop strings)
-                        if text.add(token_id):  # leaving the stream aborts it in vLLM
+                        last = finish is not None and k == len(new) - 1
+                        # EOS or a stop token id (the child has no stop strings): not printed
+                        stopped = False if last and finish == "stop" else text.add(token_id)
+                        delta = text.delta(finished=last or stopped)
+                        out.put_nowait(Token(token_id, logprobs[k], text=delta))
+                        if stopped:  # leaving the stream aborts it in vLLM
                             return "stop"
         return finish
 
@@ -474,9 +551,7 @@ class VllmBackend:
                 "prfaas_recv": {"transfer_id": body.request_id, "discard": True}
             },
         }
-        response = await self._client.post(self.url + "/v1/completions", json=request)
-        if response.status_code != 200:
-            raise _child_error(response)
+        await self._complete(request)
 
     def cancel(self, request_id: str) -> None:
         task = self._decodes.pop(request_id, None)

@@ -56,6 +56,7 @@ class EventTranslator:
         self._kinds: dict[Any, str] = {}
         self._waiting: deque[dict[str, Any]] = deque()  # stored events, parent not seen yet
         self.num_dropped = 0  # stored events whose parent never came (the index lacks them)
+        self.block_size: int | None = None  # vLLM's, from its events (None: none seen yet)
 
     def _group(self, event: dict[str, Any]) -> int:
         """prfaas group of an event: vLLM's group index, its kind learnt from stored events."""
@@ -133,6 +134,7 @@ class EventTranslator:
         b = self._scheme.block_tokens
         if block_size % b:
             raise ValueError(f"vLLM block size {block_size} is not a multiple of {b}")
+        self.block_size = block_size
         if parent is None:
             chain = self._scheme.root()
         elif (known := self._blocks.get(_key(parent))) is not None:

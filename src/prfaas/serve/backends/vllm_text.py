@@ -8,7 +8,10 @@ vLLM's algorithm (v1 `FastIncrementalDetokenizer` and `check_stop_strings`, vLLM
 `tokenizers` `DecodeStream` primed with the prompt ids, special tokens skipped, a token that
 ended the request by EOS or a stop token id left out of the text, and each stop string
 searched for only in the text the newest token added plus the stop's length, the earliest
-to complete winning, the text cut where it starts.
+to complete winning, the text cut where it starts. Streamed, the text goes out as vLLM's
+does (`get_next_output_text` with `delta`): the last (longest stop - 1) characters are held
+back until the request ends, so no prefix of a stop string reaches a client that the end
+would cut off.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class OutputText:
         self._tokenizer = tokenizer
         self._stream = DecodeStream(ids=list(prompt_ids), skip_special_tokens=True)
         self._stops = list(stops)
+        self._hold_chars = max((len(stop) for stop in stops), default=1) - 1
+        self._sent_chars = 0
         self.text = ""
         self.stopped_by: str | None = None  # the stop string that ended the request
 
@@ -62,6 +67,14 @@ class OutputText:
             return False
         self.text = self.text[:best_start]
         return True
+
+    def delta(self, *, finished: bool = False) -> str:
+        """The text not streamed yet, less the held-back tail while the request runs."""
+        end = len(self.text) if finished else len(self.text) - self._hold_chars
+        if end <= self._sent_chars:
+            return ""
+        piece, self._sent_chars = self.text[self._sent_chars : end], end
+        return piece
 
     def _step(self, token_id: int) -> str | None:
         try:
