@@ -116,6 +116,15 @@ def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
     )
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
     assert [m.id for m in client.models.list()] == [MODEL]
+    # this preset has no chat template: the template's switches are refused, not ignored
+    with pytest.raises(openai.BadRequestError, match="needs a chat template") as refused:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "assistant", "content": "The"}],
+            max_tokens=5,
+            extra_body={"add_generation_prompt": False, "continue_final_message": True},
+        )
+    assert refused.value.code == "unsupported_parameter"
 
 
 def test_n_samples_differ_when_sampling_and_agree_when_greedy(client: openai.OpenAI) -> None:

@@ -22,6 +22,7 @@ from prfaas.serve.openai_api import (
     parse_body,
     usage,
 )
+from prfaas.serve.protocol import transcript
 
 LIMIT = 10_000
 
@@ -63,11 +64,20 @@ def test_options_are_read() -> None:
     ]
 
 
-def test_chat_transcript_and_max_completion_tokens() -> None:
-    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-    req = parse_body(_raw(messages=messages, max_completion_tokens=4), ChatCompletionRequest, LIMIT)
-    assert req.text == "system: be brief\nuser: hi\nassistant:"
+def test_chat_goes_to_the_instance_as_sent_and_max_completion_tokens() -> None:
+    messages = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]},
+    ]
+    raw = _raw(messages=messages, max_completion_tokens=4, chat_template_kwargs={"x": 1})
+    req = parse_body(raw, ChatCompletionRequest, LIMIT)
+    assert req.chat.model_dump(exclude_none=True)["messages"] == messages
+    assert req.chat.switches_asked == ["chat_template_kwargs"]
     assert req.max_completion_tokens == 4
+    # a backend without a chat template prefills a plain transcript
+    assert transcript(req.chat.messages) == "system: be brief\nuser: hi\nassistant:"
+    plain = parse_body(_raw(messages=messages), ChatCompletionRequest, LIMIT)
+    assert plain.chat.switches_asked == [] and plain.chat.add_generation_prompt
 
 
 @pytest.mark.parametrize(
@@ -106,6 +116,11 @@ def test_chat_transcript_and_max_completion_tokens() -> None:
         ),
         (_raw(prompt="x", stream="yes"), CompletionRequest, "stream: Input should be"),
         (_raw(messages=[]), ChatCompletionRequest, "messages: List should have at least 1"),
+        (
+            _raw(messages=[{"role": "user", "content": "x"}], continue_final_message=True),
+            ChatCompletionRequest,
+            "add_generation_prompt and continue_final_message exclude each other",
+        ),
         (
             _raw(messages=[{"role": "tool", "content": "x"}]),
             ChatCompletionRequest,

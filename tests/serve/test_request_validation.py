@@ -21,7 +21,7 @@ from prfaas.serve.openai_api import (
     CompletionRequest,
     parse_body,
 )
-from prfaas.serve.protocol import Sampling
+from prfaas.serve.protocol import Sampling, transcript
 
 LIMIT = 1_000_000
 
@@ -195,17 +195,17 @@ def test_unhonoured_parameters_at_their_defaults_are_accepted() -> None:
     assert set(defaults) <= set(REFUSED)
     assert parse_body(_raw(**defaults), CompletionRequest, LIMIT).prompts == ["hi"]
     chat = _chat([{"role": "user", "content": "hi"}], logprobs=False, top_logprobs=None)
-    assert chat.text.endswith("assistant:")
+    assert transcript(chat.chat.messages).endswith("assistant:")
 
 
 def test_chat_content_parts_and_the_developer_role() -> None:
     parts = [{"type": "text", "text": "hello "}, {"type": "text", "text": "there"}]
     req = _chat([{"role": "developer", "content": "be brief"}, {"role": "user", "content": parts}])
-    assert req.text == "system: be brief\nuser: hello there\nassistant:"
+    assert transcript(req.chat.messages) == "system: be brief\nuser: hello there\nassistant:"
     same = _chat(
         [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
     )
-    assert same.text == req.text
+    assert transcript(same.chat.messages) == transcript(req.chat.messages)
 
 
 @pytest.mark.parametrize(
@@ -276,7 +276,9 @@ def test_any_json_object_gives_a_request_or_a_400(body: dict[str, Any], chat: bo
     assert req.seed is None or -(2**63) <= req.seed < 2**63
     assert 0 <= req.sampling_temperature <= 2 and 0 < req.top_p <= 1
     assert all(req.stops) and len(req.stops) <= MAX_STOP_SEQUENCES
-    req.text.encode("utf-8")  # what the router sends to /tokenize
+    # what the router sends to /tokenize
+    sent = req.chat.model_dump_json() if isinstance(req, ChatCompletionRequest) else req.prompts
+    json.dumps(sent).encode("utf-8")
 
 
 @pytest.mark.parametrize(

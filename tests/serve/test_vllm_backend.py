@@ -318,18 +318,70 @@ def test_logprobs_are_vllms_own(stack: Stack, url: str) -> None:
         assert max(mine.values()) == pytest.approx(max(theirs.values()), abs=1e-5)
         for value in mine.values():
             assert any(value == pytest.approx(v, abs=1e-5) for v in theirs.values())
-    # chat: the prompt prfaas prefills for these messages (docs/vllm.md, Limits: not vLLM's
-    # chat template), as a token prompt to the reference
-    messages = [{"role": "user", "content": prompt}]
+    # chat: the model's chat template renders the messages, as in vllm serve alone
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompt}]
     body = {"model": stack.model, "messages": messages}
-    ids = httpx.post(getattr(stack, url) + "/tokenize", json=body, timeout=60).json()["tokens"]
-    reference = _complete(stack.reference_url, stack.model, ids, logprobs=2, max_tokens=4)
     chat = body | {"max_tokens": 4, "temperature": 0, "logprobs": True, "top_logprobs": 2}
-    answer = httpx.post(getattr(stack, url) + "/v1/chat/completions", json=chat, timeout=600)
-    content = answer.json()["choices"][0]["logprobs"]["content"]
-    values = [entry["logprob"] for entry in content]
-    assert values == pytest.approx(reference["choices"][0]["logprobs"]["token_logprobs"], abs=1e-5)
-    assert all(len(entry["top_logprobs"]) == 2 for entry in content)
+    answers = [
+        httpx.post(base + "/v1/chat/completions", json=chat, timeout=600).json()["choices"][0]
+        for base in (getattr(stack, url), stack.reference_url)
+    ]
+    assert answers[0]["message"]["content"] == answers[1]["message"]["content"]
+    have, want = (answer["logprobs"]["content"] for answer in answers)
+    assert [e["logprob"] for e in have] == pytest.approx([e["logprob"] for e in want], abs=1e-5)
+    assert all(len(entry["top_logprobs"]) == 2 for entry in have)
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [{}, {"add_generation_prompt": False, "continue_final_message": True}],
+    ids=["generation-prompt", "continue-final-message"],
+)
+def test_chats_are_rendered_by_vllms_chat_template(stack: Stack, switches: dict[str, Any]) -> None:
+    """`/tokenize` with messages gives vllm serve's ids (its chat template, the tiny
+    model's unlike prfaas's plain transcript), and a chat whose last message the model
+    continues generates what vllm serve generates."""
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Two"}, {"type": "text", "text": "parts"}],
+        },
+        {"role": "assistant", "content": "The lazy"},
+    ]
+    body = {"model": stack.model, "messages": messages, **switches}
+    ids = [
+        httpx.post(base + "/tokenize", json=body, timeout=60).json()["tokens"]
+        for base in (stack.prfaas_url, stack.reference_url)
+    ]
+    assert ids[0] == ids[1]
+    assert ids[0][0] == 1  # the template's <bos>: not a transcript
+    chat = body | {"max_tokens": MAX_TOKENS, "temperature": 0}
+    texts = [
+        httpx.post(base + "/v1/chat/completions", json=chat, timeout=600).json()
+        for base in (stack.pd_url, stack.reference_url)
+    ]
+    got, expected = (t["choices"][0]["message"] for t in texts)
+    assert (got["role"], got["content"]) == (expected["role"], expected["content"])
+    assert texts[0]["usage"]["prompt_tokens"] == len(ids[0])
+
+
+def test_a_chat_without_max_tokens_may_fill_the_context(stack: Stack) -> None:
+    """As in `vllm serve` alone, a chat that names no `max_tokens` runs to the end of the
+    context (completions: 16): here a prompt 6 tokens short of it."""
+    probe = {"model": stack.model, "messages": [{"role": "user", "content": ""}]}
+    overhead = httpx.post(stack.pd_url + "/tokenize", json=probe, timeout=60).json()["count"]
+    content = (LONG * 5)[: 4096 - 6 - overhead]  # byte-level: one token per character
+    body = {"model": stack.model, "messages": [{"role": "user", "content": content}]}
+    answers = [
+        httpx.post(base + "/v1/chat/completions", json=body | {"temperature": 0}, timeout=600)
+        for base in (stack.pd_url, stack.reference_url)
+    ]
+    got, expected = (answer.json() for answer in answers)
+    counts = ("prompt_tokens", "completion_tokens")
+    assert [got["usage"][k] for k in counts] == [expected["usage"][k] for k in counts]
+    assert got["usage"]["prompt_tokens"] == 4090
+    assert got["choices"][0]["message"]["content"] == expected["choices"][0]["message"]["content"]
+    assert got["choices"][0]["finish_reason"] == expected["choices"][0]["finish_reason"]
 
 
 def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:

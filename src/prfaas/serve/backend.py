@@ -175,6 +175,15 @@ class MovesOwnPrefixes(Protocol):
     async def receive_prefix(self, body: p.PrefixImportRequest) -> p.PrefixImportResult: ...
 
 
+@runtime_checkable
+class RendersChat(Protocol):
+    """A backend whose engine renders a chat with the model's chat template (vLLM: the
+    child's own `/tokenize`, so the ids are the ones `vllm serve` alone would prefill).
+    Other backends tokenize `protocol.transcript` of the messages."""
+
+    def encode_chat(self, chat: p.ChatPrompt) -> list[int]: ...
+
+
 class InstanceBackend(Protocol):
     info: BackendInfo
     num_waiting: int

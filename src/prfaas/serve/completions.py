@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import AdmissionRejectedError
+from prfaas.serve.config import Backend
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError, ServeError
 from prfaas.serve.flow import (
     Placed,
@@ -46,6 +47,7 @@ from prfaas.serve.flow import (
     check_token_ids,
     generate,
     tokenize,
+    tokenize_chat,
 )
 from prfaas.serve.openai_api import (
     SEED_MAX,
@@ -150,12 +152,15 @@ async def _prepare(
         )
         err.code = "unsupported_parameter"
         raise err
-    prompts = req.prompts
-    tokens = await asyncio.gather(*(_prompt_tokens(rt, pr, i) for i, pr in enumerate(prompts)))
+    if isinstance(req, ChatCompletionRequest):
+        tokens = [await tokenize_chat(rt, req.chat)]
+    else:
+        prompts = req.prompts
+        tokens = await asyncio.gather(*(_prompt_tokens(rt, pr, i) for i, pr in enumerate(prompts)))
     wanted = req.max_tokens
     if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
         wanted = req.max_completion_tokens
-    max_tokens = wanted if wanted is not None else DEFAULT_MAX_TOKENS
+    max_tokens = wanted if wanted is not None else _default_max_tokens(rt, req, tokens[0])
     for prompt_tokens in tokens:
         check_length(rt, prompt_tokens, max_tokens)
     jobs = [
@@ -164,6 +169,15 @@ async def _prepare(
         for k in range(req.n)
     ]
     return req, jobs
+
+
+def _default_max_tokens(rt: RouterRuntime, req: AnyRequest, prompt_tokens: list[int]) -> int:
+    """`max_tokens` when the request names none: 16, as vLLM's completions; a chat on a
+    vLLM deployment runs to the end of the context, as `vllm serve` alone does (elsewhere
+    16 too: an emulated context of 10^5 tokens is no default)."""
+    if isinstance(req, ChatCompletionRequest) and rt.deployment.backend is Backend.VLLM:
+        return max(1, rt.registry.max_context_tokens() - len(prompt_tokens))
+    return DEFAULT_MAX_TOKENS
 
 
 async def _merged(rt: RouterRuntime, jobs: list[Job]) -> AsyncGenerator[Item]:

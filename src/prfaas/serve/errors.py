@@ -137,12 +137,12 @@ MAX_RAW_MESSAGE_CHARS = 200
 def from_response(status_code: int, raw: bytes) -> ServeError:
     """An instance's error response (`raw`: its body), as the exception the router raises in
     turn: the same status, OpenAI type and code (see the table in the module docstring)."""
-    message, error_type, code = _parse_error(raw)
+    message, error_type, code, param = _parse_error(raw)
     if 400 <= status_code < 500 or status_code in _KEPT:
         kind = _KEPT.get(status_code, ServeError)
         if kind is BadRequestError and code == ContextLengthError.code:
             kind = ContextLengthError
-        err = kind(message)
+        err = kind(message, param=param)
         err.status_code = status_code
         err.error_type = error_type or kind.error_type
         err.code = code if error_type is not None else kind.code
@@ -150,13 +150,15 @@ def from_response(status_code: int, raw: bytes) -> ServeError:
     return InstanceFailedError(f"instance error {status_code}: {message}")
 
 
-def _parse_error(raw: bytes) -> tuple[str, str | None, str | None]:
-    """(message, type, code) of an OpenAI error body; the raw text and no type otherwise."""
+def _parse_error(raw: bytes) -> tuple[str, str | None, str | None, str | None]:
+    """(message, type, code, param) of an OpenAI error body; the raw text otherwise."""
     try:
         error = json.loads(raw)["error"]
         message, error_type, code = error["message"], error["type"], error.get("code")
+        param = error.get("param")
     except (ValueError, KeyError, TypeError):
-        return raw.decode(errors="replace")[:MAX_RAW_MESSAGE_CHARS], None, None
+        return raw.decode(errors="replace")[:MAX_RAW_MESSAGE_CHARS], None, None, None
     if not isinstance(error_type, str) or not error_type:
         error_type = None
-    return str(message), error_type, code if isinstance(code, str) else None
+    code = code if isinstance(code, str) else None
+    return str(message), error_type, code, param if isinstance(param, str) else None

@@ -199,6 +199,12 @@ async def tokenize(rt: RouterRuntime, text: str, *, add_special_tokens: bool = T
     return (await _ask_any(rt, "/tokenize", body, p.TokenizeResult)).token_ids
 
 
+async def tokenize_chat(rt: RouterRuntime, chat: p.ChatPrompt) -> list[int]:
+    """The chat's prompt ids, rendered by an instance (its engine's chat template)."""
+    body = p.TokenizeRequest(chat=chat)
+    return (await _ask_any(rt, "/tokenize", body, p.TokenizeResult)).token_ids
+
+
 async def detokenize(rt: RouterRuntime, token_ids: list[int]) -> str:
     """The text of `token_ids` (special tokens dropped), from an instance's tokenizer."""
     body = p.TokenizeResult(token_ids=token_ids)

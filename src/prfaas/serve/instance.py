@@ -57,6 +57,7 @@ from prfaas.serve.backend import (
     MovesOwnPrefixes,
     PrefillDone,
     PrefixMover,
+    RendersChat,
     ShipsOwnKv,
     Token,
     build_backend,
@@ -158,6 +159,23 @@ class InstanceRuntime:
             fut = asyncio.get_running_loop().create_future()
             self.arrivals[request_id] = fut
         return fut
+
+
+def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
+    """The chat's prompt ids: the engine's chat template, else a plain transcript (which
+    has none of the template's switches to honour)."""
+    if isinstance(worker, RendersChat):
+        return worker.encode_chat(chat)
+    asked = chat.switches_asked
+    if asked:
+        err = BadRequestError(
+            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
+            "a plain transcript (docs/serving.md)",
+            param=asked[0],
+        )
+        err.code = "unsupported_parameter"
+        raise err
+    return worker.encode(p.transcript(chat.messages))
 
 
 def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
@@ -562,7 +580,10 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
-        ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
+        if body.chat is None:
+            ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
+        else:
+            ids = _encode_chat(rt.worker, body.chat)
         return p.TokenizeResult(token_ids=ids)
 
     @app.post("/detokenize")

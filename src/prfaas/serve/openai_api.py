@@ -16,8 +16,11 @@ nobody defines are ignored, as OpenAI-compatible servers do. `logprobs` (complet
 chat: `logprobs: true` with `top_logprobs` 0..20) are computed by the engine and shaped here
 (`completion_logprobs`, `chat_logprobs`).
 
-Chat: `content` is a string or a list of parts, whose `text` parts are joined (any other part
-type is a 400); role `developer` is taken as `system`.
+Chat: `content` is a string or a list of `text` parts (any other part type is a 400). The
+messages go to an instance as they are (`ChatCompletionRequest.chat`), whose engine renders
+the model's chat template with vLLM's switches (`add_generation_prompt`,
+`continue_final_message`, `add_special_tokens`, `chat_template_kwargs`); a backend without
+one tokenizes a plain transcript (`protocol.transcript`).
 
 `parse_body` is the one place raw bytes become a request: oversized -> 413, not JSON (or JSON
 that `serve.jsonbody` refuses) -> 400, schema violations -> 400 naming the field; all as
@@ -41,7 +44,7 @@ from pydantic import (
 
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError
 from prfaas.serve.jsonbody import load_json
-from prfaas.serve.protocol import Logprob, TopLogprob
+from prfaas.serve.protocol import ChatPrompt, ChatTurn, Logprob, TopLogprob
 
 MAX_TOKENS_LIMIT = 1_000_000
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # torch.Generator seeds, signed 64-bit as sent on
@@ -221,15 +224,11 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart]
 
-    @property
-    def text(self) -> str:
+    def turn(self) -> ChatTurn:
         if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text or "" for part in self.content)
-
-    @property
-    def speaker(self) -> str:
-        return "system" if self.role == "developer" else self.role
+            return ChatTurn(role=self.role, content=self.content)
+        parts = [{"type": "text", "text": part.text or ""} for part in self.content]
+        return ChatTurn(role=self.role, content=parts)
 
 
 class ChatCompletionRequest(_Request):
@@ -237,11 +236,17 @@ class ChatCompletionRequest(_Request):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _top_needs_logprobs(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        if self.add_generation_prompt and self.continue_final_message:
+            raise ValueError("add_generation_prompt and continue_final_message exclude each other")
         return self
 
     @property
@@ -249,18 +254,15 @@ class ChatCompletionRequest(_Request):
         return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
-    def text(self) -> str:
-        return transcript(self.messages)
-
-    @property
-    def prompts(self) -> list[Prompt]:
-        return [self.text]
-
-
-def transcript(messages: list[ChatMessage]) -> str:
-    """A plain transcript: presets have no chat template (checkpoints would use theirs)."""
-    lines = [f"{m.speaker}: {m.text}" for m in messages]
-    return "\n".join([*lines, "assistant:"])
+    def chat(self) -> ChatPrompt:
+        """The chat as an instance renders it."""
+        return ChatPrompt(
+            messages=[m.turn() for m in self.messages],
+            add_generation_prompt=self.add_generation_prompt,
+            continue_final_message=self.continue_final_message,
+            add_special_tokens=self.add_special_tokens,
+            chat_template_kwargs=self.chat_template_kwargs,
+        )
 
 
 _R = TypeVar("_R", bound=BaseModel)

@@ -4,7 +4,7 @@
     GET  /info                         ->    InstanceInfo (identity, role, transfer address,
                                              prefill timing)
     GET  /state?since=N                ->    InstanceState (load, cache events after seq N)
-    POST /tokenize    TokenizeRequest  ->    TokenizeResult
+    POST /tokenize    TokenizeRequest  ->    TokenizeResult (a prompt's or a chat's ids)
     POST /detokenize  TokenizeResult   ->    DetokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
@@ -21,7 +21,7 @@ number: the router pulls what it has not seen, in order (pull-based events, hous
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -127,9 +127,51 @@ class RoleRequest(_Body):
     role: str
 
 
+class ChatTurn(_Body):
+    """One chat message as the client sent it (text parts kept as parts: vLLM joins them)."""
+
+    role: str
+    content: str | list[dict[str, str]]
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.get("text", "") for part in self.content)
+
+
+class ChatPrompt(_Body):
+    """A chat to render into prompt ids, with vLLM's chat-template switches."""
+
+    messages: list[ChatTurn] = Field(min_length=1)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @property
+    def switches_asked(self) -> list[str]:
+        """The template switches set to other than their defaults, by name."""
+        defaults = ChatPrompt(messages=self.messages)
+        names = ("add_generation_prompt", "continue_final_message", "add_special_tokens")
+        asked = [n for n in names if getattr(self, n) != getattr(defaults, n)]
+        return asked + (["chat_template_kwargs"] if self.chat_template_kwargs else [])
+
+
+def transcript(messages: list[ChatTurn]) -> str:
+    """A plain transcript, the chat prompt of a backend without a chat template (the
+    reference engine's presets; docs/serving.md)."""
+    speakers = {"developer": "system"}
+    lines = [f"{speakers.get(m.role, m.role)}: {m.text}" for m in messages]
+    return "\n".join([*lines, "assistant:"])
+
+
 class TokenizeRequest(_Body):
-    text: str
+    """A prompt's text, or a chat (`chat`: rendered as the chat endpoint does)."""
+
+    text: str = ""
     add_special_tokens: bool = True  # False: the text's own ids (no <bos>, no template)
+    chat: ChatPrompt | None = None
 
 
 class TokenizeResult(_Body):

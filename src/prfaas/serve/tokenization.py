@@ -16,10 +16,10 @@ ids `/tokenize` returns are exactly the ones `/v1/completions` would prefill for
 
 `add_special_tokens: false` on a prompt gives the text's own ids (no `<bos>`, no chat
 template), as vLLM; `vllm bench serve` sends it to check its local tokenizer against the
-server's. vLLM's switches that would tokenize a chat differently than the chat endpoint
-does (`add_special_tokens: true`, `add_generation_prompt: false`,
-`continue_final_message: true`) and `return_token_strs: true` are refused with a 400
-`unsupported_parameter`, never silently ignored.
+server's. A chat is rendered by an instance with the same switches as the chat endpoint's
+(`add_generation_prompt`, `continue_final_message`, `add_special_tokens`,
+`chat_template_kwargs`: `protocol.ChatPrompt`). `return_token_strs: true` is refused with a
+400 `unsupported_parameter`, never silently ignored.
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import prfaas
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError
-from prfaas.serve.flow import RouterRuntime, check_token_ids, detokenize, tokenize
+from prfaas.serve.flow import RouterRuntime, check_token_ids, detokenize, tokenize, tokenize_chat
 from prfaas.serve.jsonbody import load_json
-from prfaas.serve.openai_api import MAX_TOKEN_ID, ChatMessage, parse_body, transcript
+from prfaas.serve.openai_api import MAX_TOKEN_ID, ChatMessage, parse_body
+from prfaas.serve.protocol import ChatPrompt
 
 
 class _Body(BaseModel):
@@ -55,6 +56,23 @@ class TokenizeChat(_Body):
     add_special_tokens: bool = False
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_ending(self) -> TokenizeChat:
+        if self.add_generation_prompt and self.continue_final_message:
+            raise ValueError("add_generation_prompt and continue_final_message exclude each other")
+        return self
+
+    @property
+    def chat(self) -> ChatPrompt:
+        return ChatPrompt(
+            messages=[m.turn() for m in self.messages],
+            add_generation_prompt=self.add_generation_prompt,
+            continue_final_message=self.continue_final_message,
+            add_special_tokens=self.add_special_tokens,
+            chat_template_kwargs=self.chat_template_kwargs,
+        )
 
 
 class Detokenize(_Body):
@@ -75,27 +93,21 @@ def _checked_model(rt: RouterRuntime, body: _Body) -> None:
 
 
 async def tokenize_body(rt: RouterRuntime, raw: bytes) -> dict[str, Any]:
-    """`/tokenize`: the prompt's ids (or the chat transcript's) as the completions use."""
+    """`/tokenize`: the prompt's ids (or the chat's) as the completions use."""
     limit = rt.deployment.router.max_body_bytes
     data = load_json(raw) if len(raw) <= limit else None
-    is_chat = isinstance(data, dict) and "messages" in data
     body: TokenizePrompt | TokenizeChat
-    if is_chat:
+    if isinstance(data, dict) and "messages" in data:
         body = parse_body(raw, TokenizeChat, limit)
-        if body.add_special_tokens or not body.add_generation_prompt:
-            name = "add_special_tokens" if body.add_special_tokens else "add_generation_prompt"
-            _refuse(name, getattr(body, name))
-        if body.continue_final_message:
-            _refuse("continue_final_message", True)
-        text = transcript(body.messages)
     else:
         body = parse_body(raw, TokenizePrompt, limit)
-        text = body.prompt
     if isinstance(data, dict) and data.get("return_token_strs"):
         _refuse("return_token_strs", data["return_token_strs"])
     _checked_model(rt, body)
-    special = body.add_special_tokens or is_chat  # chat: always as the chat endpoint does
-    tokens = await tokenize(rt, text, add_special_tokens=special)
+    if isinstance(body, TokenizeChat):
+        tokens = await tokenize_chat(rt, body.chat)
+    else:
+        tokens = await tokenize(rt, body.prompt, add_special_tokens=body.add_special_tokens)
     return {
         "count": len(tokens),
         "max_model_len": rt.registry.max_context_tokens(),

@@ -98,9 +98,11 @@ def save_byte_tokenizer(out: Path) -> None:
         "eos_token": "<eos>",
         "pad_token": "<pad>",
         "model_max_length": 4096,
+        # unlike prfaas's plain transcript, so a test sees whose rendering a chat took
         "chat_template": (
-            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-            "{% if add_generation_prompt %}assistant: {% endif %}"
+            "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
+            "{% if not loop.last or add_generation_prompt %}<|end|>\n{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}"
         ),
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))

@@ -285,6 +285,14 @@ class VllmBackend:
             raise BadRequestError(f"vLLM could not tokenize the prompt: {response.text[:200]}")
         return list(response.json()["tokens"])
 
+    def encode_chat(self, chat: p.ChatPrompt) -> list[int]:
+        """The child renders the model's chat template, as its chat endpoint would."""
+        body = {"model": self._deployment.model_name, **chat.model_dump(exclude_none=True)}
+        response = self._sync.post(self.url + "/tokenize", json=body)
+        if response.status_code != 200:
+            raise _child_error(response)  # e.g. a model without a chat template: a 400
+        return list(response.json()["tokens"])
+
     def detokenize(self, token_ids: Sequence[int]) -> str:
         body = {"model": self._deployment.model_name, "tokens": list(token_ids)}
         response = self._sync.post(self.url + "/detokenize", json=body)
