@@ -106,3 +106,22 @@ def test_router_and_instance_need_the_transfer_secret(tmp_path: Path, taken_port
         f"prfaas: error: instances.0.transfer_port: 127.0.0.1:{taken_port} is already in use "
         "on this host"
     ]
+
+
+def test_up_backend_vllm_needs_a_model_directory(tmp_path: Path) -> None:
+    """`--backend vllm` turns every instance of the deployment into a vLLM engine; the
+    deployment is checked again with it (a catalog name is no model directory)."""
+    result = prfaas("up", "--backend", "vllm", "--model", "tiny-qwen3-next")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "vllm instances need a local model directory, not 'tiny-qwen3-next'" in result.stderr
+
+
+def test_command_line_overrides_apply_to_every_instance(tmp_path: Path) -> None:
+    from prfaas.cli.serve import _overridden
+    from prfaas.serve.config import Backend, default_deployment
+
+    deployment = _overridden(default_deployment(), "0.0.0.0", 9000, str(tmp_path), Backend.VLLM)
+    assert (deployment.router.host, deployment.router.port) == ("0.0.0.0", 9000)
+    assert deployment.model == str(tmp_path)
+    assert {spec.backend for spec in deployment.instances} == {Backend.VLLM}
+    assert len(deployment.instances) == len(default_deployment().instances)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
-from prfaas.serve.config import Deployment, load_deployment
+from prfaas.serve.config import Backend, Deployment, load_deployment, validation_problems
 from prfaas.serve.errors import DeploymentError, ServeError
 from prfaas.serve.preflight import Scope, require_valid
 from prfaas.transfer.errors import ConfigError
@@ -89,15 +90,25 @@ def _stopped(signum: int, _: object) -> None:
 
 
 def _overridden(
-    deployment: Deployment, host: str | None, port: int | None, model: str | None
+    deployment: Deployment,
+    host: str | None,
+    port: int | None,
+    model: str | None,
+    backend: Backend | None = None,
 ) -> Deployment:
-    """The deployment with the command line's router address and model."""
-    update = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
-    router = deployment.router.model_copy(update=update)
-    changes: dict[str, object] = {"router": router}
+    """The deployment with the command line's router address, model and backend, checked
+    again as a whole (a vllm backend needs a model directory)."""
+    raw = deployment.model_dump(mode="json")
+    raw["router"].update({k: v for k, v in (("host", host), ("port", port)) if v is not None})
     if model is not None:
-        changes["model"] = model
-    return deployment.model_copy(update=changes)
+        raw["model"] = model
+    if backend is not None:
+        for instance in raw["instances"]:
+            instance["backend"] = backend.value
+    try:
+        return Deployment.model_validate(raw)
+    except ValidationError as err:
+        raise DeploymentError(*validation_problems("command line", err)) from None
 
 
 def up(
@@ -114,6 +125,14 @@ def up(
         str | None,
         typer.Option("--model", help="Model: an engine preset or a checkpoint directory."),
     ] = None,
+    backend: Annotated[
+        Backend | None,
+        typer.Option(
+            "--backend",
+            help="Every instance's engine: torch, emulated or vllm (a model directory in "
+            "vLLM's venv, `make setup-vllm`).",
+        ),
+    ] = None,
     quiet: QuietOption = False,
 ) -> None:
     """Start the router and every instance on this host, restart any that exits; Ctrl-C stops
@@ -125,7 +144,7 @@ def up(
     from prfaas.serve.supervisor import Supervisor
 
     try:
-        loaded = _overridden(load_deployment(deployment), host, port, model)
+        loaded = _overridden(load_deployment(deployment), host, port, model, backend)
         require_valid(loaded, Scope.ALL, secret_generated=True)
         launcher = Launcher(loaded, quiet=quiet)
         launcher.start()

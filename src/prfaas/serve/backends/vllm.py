@@ -200,6 +200,7 @@ class VllmBackend:
             "--max-num-seqs", str(spec.max_batch_size),
             "--enable-prefix-caching",  # hybrid models: vLLM's "align" mamba cache mode
             "--enable-prompt-tokens-details",
+            "--disable-uvicorn-access-log",  # the shell polls it twice a second; the router logs
             "--kv-transfer-config", json.dumps(transfer),
             "--kv-events-config", json.dumps(events),
             *(["--dtype", s.dtype] if s.dtype else []),
