@@ -365,6 +365,20 @@ def test_chats_are_rendered_by_vllms_chat_template(stack: Stack, switches: dict[
     assert texts[0]["usage"]["prompt_tokens"] == len(ids[0])
 
 
+def test_unset_sampling_fields_take_the_models_generation_config(stack: Stack) -> None:
+    """The tiny models' generation_config.json says top_k 1: a request that names neither
+    temperature nor top_k is greedy in `vllm serve` alone, and so through prfaas (which
+    would otherwise sample at its own defaults, temperature 1 and no top_k)."""
+    prompt = "Defaults. " + SHORT
+    body = {"model": stack.model, "prompt": prompt, "max_tokens": MAX_TOKENS}
+    texts = [
+        httpx.post(base + "/v1/completions", json=body, timeout=600).json()["choices"][0]["text"]
+        for base in (stack.prfaas_url, stack.reference_url)
+    ]
+    greedy = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    assert texts == [greedy, greedy]
+
+
 def test_a_chat_without_max_tokens_may_fill_the_context(stack: Stack) -> None:
     """As in `vllm serve` alone, a chat that names no `max_tokens` runs to the end of the
     context (completions: 16): here a prompt 6 tokens short of it."""

@@ -30,7 +30,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -64,6 +64,12 @@ from prfaas.serve.openai_api import (
 )
 
 DEFAULT_MAX_TOKENS = 16
+#: Sampling fields whose absence lets the engine choose (vLLM: the model's generation config).
+ENGINE_DEFAULTS: tuple[Literal["temperature", "top_p", "top_k"], ...] = (
+    "temperature",
+    "top_p",
+    "top_k",
+)
 CLIENT_GONE_STATUS = 499  # nginx's "client closed request": nobody reads it
 _T = TypeVar("_T")
 AnyRequest = CompletionRequest | ChatCompletionRequest
@@ -126,6 +132,7 @@ def _sampling(req: AnyRequest, max_tokens: int, sample: int) -> p.Sampling:
         stop=req.stops,
         ignore_eos=req.ignore_eos,
         logprobs=req.num_logprobs,
+        engine_defaults=[f for f in ENGINE_DEFAULTS if f not in req.model_fields_set],
     )
 
 

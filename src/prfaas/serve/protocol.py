@@ -210,6 +210,9 @@ class Sampling(_Body):
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default=[], max_length=16)
     ignore_eos: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)  # None: none; k: sampled + top k
+    # the fields above the client left unset: an engine with defaults of its own (vLLM:
+    # the model's generation_config.json) uses those; the others take the values above
+    engine_defaults: list[Literal["temperature", "top_p", "top_k"]] = []
 
 
 class PrefillRequest(_Body):

@@ -129,6 +129,11 @@ def build(preset: str, out: Path) -> Path:
     model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
     model.config.dtype = dtype
     model.save_pretrained(out)
+    # a sampling default of the model's own, as checkpoints ship them (vLLM applies it to a
+    # request that leaves top_k unset): greedy, so tests can compare such requests
+    generation = json.loads((out / "generation_config.json").read_text())
+    generation.update(do_sample=True, top_k=1)
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=1))
     save_byte_tokenizer(out)
     return out
 

@@ -303,22 +303,6 @@ class VllmBackend:
 
     # --- prefill -----------------------------------------------------------------------
 
-    def _sampling(self, sampling: p.Sampling, max_tokens: int, *, stop: bool) -> dict[str, Any]:
-        """vLLM's sampling fields; `stop`: whether the child checks the stop strings."""
-        fields: dict[str, Any] = {
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
-            "seed": sampling.seed,
-            "stop": sampling.stop if stop else [],
-            "ignore_eos": sampling.ignore_eos,
-            "return_token_ids": True,
-        }
-        if sampling.logprobs is not None:  # keyed "token_id:N": ids, not texts that collide
-            fields.update(logprobs=sampling.logprobs, return_tokens_as_token_ids=True)
-        return fields
-
     def _logprobs(self, choice: dict[str, Any], num_top: int | None) -> list[p.Logprob | None]:
         """A choice's per-token logprobs (vLLM's completions shape, token ids as keys) as
         ours, named with the model's tokenizer; Nones when none were asked for."""
@@ -353,7 +337,7 @@ class VllmBackend:
         request = {
             "model": self._deployment.model_name,
             "prompt": body.token_ids,
-            **self._sampling(body.sampling, 1, stop=True),
+            **vllm_sampling(body.sampling, 1, stop=True),
         }
         if ships:
             request["kv_transfer_params"] = {
@@ -519,7 +503,7 @@ class VllmBackend:
         request = {
             "model": self._deployment.model_name,
             "prompt": [*body.token_ids, body.first_token],
-            **self._sampling(body.sampling, body.sampling.max_tokens - 1, stop=False),
+            **vllm_sampling(body.sampling, body.sampling.max_tokens - 1, stop=False),
             "stream": True,
             "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.request_id}},
         }
@@ -607,6 +591,25 @@ def _gauges(text: str) -> dict[str, float]:
         with contextlib.suppress(ValueError):
             values[name.strip()] = values.get(name.strip(), 0.0) + float(value)
     return values
+
+
+def vllm_sampling(sampling: p.Sampling, max_tokens: int, *, stop: bool) -> dict[str, Any]:
+    """vLLM's sampling fields; `stop`: whether the child checks the stop strings."""
+    fields: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+        "seed": sampling.seed,
+        "stop": sampling.stop if stop else [],
+        "ignore_eos": sampling.ignore_eos,
+        "return_token_ids": True,
+    }
+    for name in sampling.engine_defaults:  # the model's generation_config decides
+        del fields[name]
+    if sampling.logprobs is not None:  # keyed "token_id:N": ids, not texts that collide
+        fields.update(logprobs=sampling.logprobs, return_tokens_as_token_ids=True)
+    return fields
 
 
 def _child_error(response: httpx.Response) -> Exception:
