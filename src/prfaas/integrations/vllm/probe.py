@@ -10,8 +10,8 @@ to a ModelSpec or a refusal (`serve.backends.vllm_arch`). Everything comes from 
 transformers' `AutoTokenizer`, which is what `vllm serve` loads: no weights are read and no
 model is built, so a directory holding only `config.json` answers too.
 
-Cost, measured on the shared 2-core host: ~5 s with vLLM's model-info cache warm (importing
-vLLM is most of it), ~15 s the first time vLLM inspects an architecture.
+Cost, measured on the shared 2-core host at load 2-5: 7-10 s with vLLM's model-info cache
+warm (importing vLLM is ~5 s of it), ~15 s the first time vLLM inspects an architecture.
 
 Fields (every one always present; `error` only when vLLM refused the directory):
     architecture, model_type, dtype ("float32"...), dtype_bytes, runner,

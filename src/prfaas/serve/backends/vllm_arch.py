@@ -25,7 +25,7 @@ from prfaas.specs.errors import UnsupportedConfigError
 from prfaas.specs.model import DenseMlp, GqaAttention, ModelSpec
 
 PROBE_MODULE = "prfaas.integrations.vllm.probe"
-PROBE_TIMEOUT_S = 600.0  # ~5-15 s measured on 2 shared cores; vLLM's imports dominate
+PROBE_TIMEOUT_S = 600.0  # 7-15 s measured on 2 shared cores; vLLM's import is ~5 s of it
 #: Where a family belongs once prfaas should know it (named in every refusal).
 READER = "a family in prfaas.specs.hf_config.FAMILIES"
 #: `layer_types` entries vLLM treats as full attention (granite's hybrid config says "attention")
