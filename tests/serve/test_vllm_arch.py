@@ -31,6 +31,8 @@ GPT2: dict[str, Any] = {
     "model_type": "gpt2",
     "dtype": "float32",
     "dtype_bytes": 4,
+    "kv_cache_dtype": "auto",
+    "kv_dtype_bytes": 4,
     "runner": "generate",
     "is_hybrid": False,
     "is_attention_free": False,
@@ -77,6 +79,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "multimodal": ({"is_multimodal": True}, "multimodal"),
     "pooling": ({"runner": "pooling"}, "pooling"),
     "fewer-attention-layers": ({"num_attention_layers": 1}, "1 attention layers of 2"),
+    "scaled-kv": ({"kv_cache_dtype": "int8_per_token_head", "kv_dtype_bytes": 1}, "int8_per"),
 }
 
 
@@ -106,7 +109,8 @@ def test_kv_bytes_per_token_are_keys_and_values_of_every_layer(
         "num_kv_heads": kv_heads,
         "num_attention_heads": kv_heads * group,
         "head_size": head,
-        "dtype_bytes": dtype_bytes,
+        "kv_cache_dtype": {1: "fp8", 2: "bfloat16", 4: "auto"}[dtype_bytes],
+        "kv_dtype_bytes": dtype_bytes,
     }
     spec = model_from_probe(facts, "m")
     assert spec.kv_bytes_per_token() == 2 * layers * kv_heads * head * dtype_bytes
@@ -159,6 +163,23 @@ def test_run_probe_reads_the_answer_and_vllms_refusal(tmp_path: Path) -> None:
         run_probe(python, tmp_path, None)
     with pytest.raises(UnsupportedConfigError, match="did not run"):
         run_probe(tmp_path / "missing", tmp_path, None)
+
+
+def test_run_probe_passes_the_engines_flags(tmp_path: Path) -> None:
+    seen = tmp_path / "argv.json"
+    script = tmp_path / "python"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        f"print({json.dumps(GPT2)!r})\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    run_probe(script, tmp_path, None, ("--kv-cache-dtype", "fp8"))
+    assert json.loads(seen.read_text())[-5:] == [
+        "--dtype", "auto", "--", "--kv-cache-dtype", "fp8"
+    ]  # fmt: skip
+    run_probe(script, tmp_path, "float32")
+    assert json.loads(seen.read_text())[-2:] == ["--dtype", "float32"]
 
 
 def _byte_tokenizer_json() -> str:

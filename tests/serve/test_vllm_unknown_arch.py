@@ -95,9 +95,11 @@ def test_the_probe_reports_what_vllm_decides(gpt2_dir: Path) -> None:
     tokenizer = Tokenizer.from_str(facts["tokenizer_json"])
     assert len(tokenizer.encode("The lazy dog").ids) == len("The lazy dog")
     print(f"probe: {facts['seconds']} s inside the probe")
-    # vLLM's own dtype when the deployment names none (`auto`: bf16 on CPU for a f32 model)
-    auto = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
-    assert auto["dtype_bytes"] == 2
+    # vLLM's own dtype when the deployment names none (`auto`: bf16 on CPU for a f32 model),
+    # and the KV cache dtype an engine flag (the deployment's `vllm.extra_args`) sets
+    flags = [*argv, "--", "--kv-cache-dtype", "fp8"]
+    auto = json.loads(subprocess.run(flags, check=True, capture_output=True, text=True).stdout)
+    assert (auto["dtype_bytes"], auto["kv_cache_dtype"], auto["kv_dtype_bytes"]) == (2, "fp8", 1)
 
 
 def test_an_architecture_with_sliding_window_layers_is_refused_at_start(

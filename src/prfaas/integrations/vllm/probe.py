@@ -1,20 +1,23 @@
 """What vLLM itself decides for a model directory, as one JSON object on stdout.
 
-    python -m prfaas.integrations.vllm.probe MODEL_DIR [--dtype DTYPE]
+    python -m prfaas.integrations.vllm.probe MODEL_DIR [--dtype DTYPE] [-- ENGINE FLAGS...]
 
 Runs in the vLLM venv. The instance shell (core venv, no vLLM or transformers: DESIGN.md
 walls) runs it when prfaas's own config reader (`specs/hf_config.py`) does not know the
 directory's `model_type`, or when the directory has no `tokenizer.json`, and maps the answer
 to a ModelSpec or a refusal (`serve.backends.vllm_arch`). Everything comes from vLLM's
-`ModelConfig` (its model registry, its dtype resolution) and, for the tokenizer, from
-transformers' `AutoTokenizer`, which is what `vllm serve` loads: no weights are read and no
-model is built, so a directory holding only `config.json` answers too.
+`ModelConfig`, built by vLLM's own `EngineArgs` from the flags the instance passes its engine
+(`--dtype`, the deployment's `vllm.extra_args`: `--kv-cache-dtype`, `--hf-overrides`,
+`--trust-remote-code`... count; flags `EngineArgs` does not know are ignored), and, for the
+tokenizer, from transformers' `AutoTokenizer`, which is what `vllm serve` loads: no weights
+are read and no model is built, so a directory holding only `config.json` answers too.
 
 Cost, measured on the shared 2-core host at load 2-5: 7-10 s with vLLM's model-info cache
 warm (importing vLLM is ~5 s of it), ~15 s the first time vLLM inspects an architecture.
 
 Fields (every one always present; `error` only when vLLM refused the directory):
-    architecture, model_type, dtype ("float32"...), dtype_bytes, runner,
+    architecture, model_type, dtype ("float32"...), dtype_bytes, kv_cache_dtype ("auto" is
+    the model dtype), kv_dtype_bytes, runner,
     is_hybrid, is_attention_free, has_noops, use_mla, is_moe, is_multimodal,
     is_encoder_decoder, num_layers, num_attention_layers, sliding_window, layer_types,
     heterogeneous_layers, num_attention_heads, num_kv_heads, head_size, hidden_size,
@@ -38,13 +41,19 @@ from typing import Any
 INTERMEDIATE_KEYS = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
 
 
-def model_facts(model_dir: str, dtype: str) -> dict[str, Any]:
-    """vLLM's view of the model (its `ModelConfig`), no weights loaded."""
-    from vllm.config import ModelConfig, ParallelConfig
+def model_facts(model_dir: str, dtype: str, engine_flags: list[str]) -> dict[str, Any]:
+    """vLLM's view of the model (its `ModelConfig` and KV cache dtype), no weights loaded."""
+    from vllm.config import ParallelConfig
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype, resolve_kv_cache_dtype_string
 
-    config = ModelConfig(
-        model=model_dir, tokenizer=model_dir, dtype=dtype, skip_tokenizer_init=True
-    )
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    flags = ["--model", model_dir, "--dtype", dtype, *engine_flags]
+    engine = EngineArgs.from_cli_args(parser.parse_known_args(flags)[0])
+    engine.skip_tokenizer_init = True
+    config = engine.create_model_config()
+    kv_cache_dtype = resolve_kv_cache_dtype_string(engine.kv_cache_dtype, config)
     parallel = ParallelConfig()
     text = config.hf_text_config
     hidden = config.get_hidden_size()
@@ -61,6 +70,8 @@ def model_facts(model_dir: str, dtype: str) -> dict[str, Any]:
         "model_type": str(getattr(text, "model_type", config.hf_config.model_type)),
         "dtype": str(config.dtype).removeprefix("torch."),
         "dtype_bytes": config.dtype.itemsize,
+        "kv_cache_dtype": kv_cache_dtype,
+        "kv_dtype_bytes": kv_cache_dtype_str_to_dtype(kv_cache_dtype, config).itemsize,
         "runner": config.runner_type,
         "is_hybrid": bool(config.is_hybrid),
         "is_attention_free": bool(config.is_attention_free),
@@ -99,9 +110,9 @@ def tokenizer_facts(model_dir: str) -> dict[str, Any]:
         return {"tokenizer_json": None, "tokenizer_error": reason}
 
 
-def probe(model_dir: str, dtype: str) -> dict[str, Any]:
+def probe(model_dir: str, dtype: str, engine_flags: list[str]) -> dict[str, Any]:
     started = time.monotonic()
-    facts = {**model_facts(model_dir, dtype), **tokenizer_facts(model_dir)}
+    facts = {**model_facts(model_dir, dtype, engine_flags), **tokenizer_facts(model_dir)}
     facts["seconds"] = round(time.monotonic() - started, 3)
     return facts
 
@@ -110,7 +121,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m prfaas.integrations.vllm.probe")
     parser.add_argument("model_dir")
     parser.add_argument("--dtype", default="auto")
-    args = parser.parse_args(argv)
+    ours, engine_flags = argv, []
+    if "--" in argv:  # the engine's other flags follow `--`, as they are
+        ours, engine_flags = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    args = parser.parse_args(ours)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     out = sys.stdout
@@ -118,7 +132,7 @@ def main(argv: list[str]) -> int:
     # vLLM logs to stdout: everything but the answer goes to stderr
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            answer = probe(args.model_dir, args.dtype)
+            answer = probe(args.model_dir, args.dtype, engine_flags)
         except Exception as err:  # vLLM refused the directory: its reason, one line
             answer = {"error": " ".join(f"{type(err).__name__}: {err}".split())[:800]}
             code = 1

@@ -124,11 +124,11 @@ class VllmBackend:
             try:
                 self.model = resolve_model(str(self.model_dir))
             except UnsupportedConfigError:
-                self.probed = run_probe(self.python, self.model_dir, self._settings.dtype)
+                self.probed = self._probe()
                 self.model = model_from_probe(self.probed, self.model_dir.resolve().name)
                 self.read_by_vllm = True
             if self.probed is None and not (self.model_dir / "tokenizer.json").exists():
-                self.probed = run_probe(self.python, self.model_dir, self._settings.dtype)
+                self.probed = self._probe()
         except SpecError as err:
             raise BadRequestError(f"backend vllm: {err}") from None
         self.is_hybrid = self.model.state_bytes(1) > 0
@@ -174,6 +174,13 @@ class VllmBackend:
         self._sync = httpx.Client(timeout=30.0)
         self._decodes: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _probe(self) -> dict[str, Any]:
+        """vLLM's reading of the model directory with the flags `command` gives the engine
+        that decide it (a context longer than the model's is vLLM's refusal here too)."""
+        s = self._settings
+        flags = ("--max-model-len", str(s.max_model_len), *s.extra_args)
+        return run_probe(self.python, self.model_dir, s.dtype, flags)
 
     def _peer_identity(self) -> PeerIdentity:
         """What the connector inside the child presents at the handshake (its

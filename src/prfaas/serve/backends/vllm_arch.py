@@ -6,18 +6,18 @@ granite, ...). For a directory the reader refuses, the instance shell asks vLLM 
 DESIGN.md walls), which answers with vLLM's `ModelConfig` facts and, when the directory has no
 `tokenizer.json`, the fast tokenizer transformers converts for vLLM. `model_from_probe` turns
 that answer into a ModelSpec when prfaas can serve it exactly as it serves llama: every layer
-full attention (GqaAttention, KV in vLLM's dtype) with a dense MLP. Anything else vLLM reports
-(hybrid, attention-free, sliding-window or mixed layers, MLA, MoE, per-layer shapes, encoder-
-decoder, multimodal, pooling) is refused with one line naming the architecture and what prfaas
-would need, since the router's KV bytes, the cache identity and the connector's layout would
-otherwise be guesses.
+full attention (GqaAttention, KV in vLLM's KV cache dtype) with a dense MLP. Anything else
+vLLM reports (hybrid, attention-free, sliding-window or mixed layers, MLA, MoE, per-layer
+shapes, scaled or packed KV dtypes, encoder-decoder, multimodal, pooling) is refused with one
+line naming the architecture and what prfaas would need, since the router's KV bytes, the
+cache identity and the connector's layout would otherwise be guesses.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,22 @@ PROBE_TIMEOUT_S = 600.0  # 7-15 s measured on 2 shared cores; vLLM's import is ~
 READER = "a family in prfaas.specs.hf_config.FAMILIES"
 #: `layer_types` entries vLLM treats as full attention (granite's hybrid config says "attention")
 FULL_ATTENTION = ("full_attention", "attention")
+#: KV cache dtypes (vLLM's `--kv-cache-dtype`, "auto": the model's) whose cache is plain
+#: elements, so a token's KV is heads x head size x the element's bytes; the others (per-token
+#: or per-head scales, packed 4-bit) lay out bytes prfaas does not count
+PLAIN_KV_DTYPES: tuple[str, ...] = ("auto", "float32", "float", "float16", "half", "bfloat16")
+PLAIN_KV_DTYPES += ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def run_probe(python: Path, model_dir: Path, dtype: str | None) -> dict[str, Any]:
-    """The probe's answer for `model_dir` (vLLM resolves dtype None as `auto`, as `vllm
-    serve` does). Raises UnsupportedConfigError with vLLM's own reason when vLLM refuses
-    the directory or the probe cannot run."""
+def run_probe(
+    python: Path, model_dir: Path, dtype: str | None, engine_flags: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The probe's answer for `model_dir` with the engine's `--dtype` (None: `auto`, as
+    `vllm serve` resolves it) and its other flags (the deployment's `vllm.extra_args`).
+    Raises UnsupportedConfigError with vLLM's own reason when vLLM refuses the directory or
+    the probe cannot run."""
     argv = [str(python), "-m", PROBE_MODULE, str(model_dir), "--dtype", dtype or "auto"]
+    argv += ["--", *engine_flags] if engine_flags else []
     try:
         done = subprocess.run(
             argv, check=False, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
@@ -105,18 +114,23 @@ def _reasons(facts: dict[str, Any]) -> Iterator[str]:
         )
     if facts["is_moe"]:
         yield f"{arch} is a mixture of experts; prfaas would need its expert layout ({READER})"
+    if facts["kv_cache_dtype"] not in PLAIN_KV_DTYPES:
+        yield (
+            f"{arch} with KV cache dtype {facts['kv_cache_dtype']}: prfaas counts KV of plain "
+            f"elements ({', '.join(PLAIN_KV_DTYPES)})"
+        )
     if min(facts["num_kv_heads"], facts["head_size"], facts["num_attention_heads"]) < 1:
         yield f"vLLM reports no attention heads for {arch}"
 
 
 def model_from_probe(facts: dict[str, Any], name: str) -> ModelSpec:
     """The ModelSpec of a full-attention dense model vLLM described (`refusal` is None):
-    KV bytes per token = 2 x layers x KV heads x head size x vLLM's dtype bytes."""
+    KV bytes per token = 2 x layers x KV heads x head size x the bytes of vLLM's KV cache
+    dtype (its model dtype unless `--kv-cache-dtype` says otherwise)."""
     reason = refusal(facts)
     if reason is not None:
         raise UnsupportedConfigError(reason)
     layers = int(facts["num_layers"])
-    dtype_bytes = int(facts["dtype_bytes"])
     try:
         return ModelSpec(
             name=name,
@@ -128,12 +142,12 @@ def model_from_probe(facts: dict[str, Any], name: str) -> ModelSpec:
                     num_q_heads=int(facts["num_attention_heads"]),
                     num_kv_heads=int(facts["num_kv_heads"]),
                     head_dim=int(facts["head_size"]),
-                    kv_dtype_bytes=dtype_bytes,
+                    kv_dtype_bytes=int(facts["kv_dtype_bytes"]),
                 ),
             ),
             mlps=(DenseMlp(num_layers=layers, intermediate_size=int(facts["intermediate_size"])),),
             tie_word_embeddings=bool(facts["tie_word_embeddings"]),
-            weight_dtype_bytes=dtype_bytes,
+            weight_dtype_bytes=int(facts["dtype_bytes"]),
         )
     except ValueError as err:
         raise UnsupportedConfigError(f"{facts['architecture']}: {err}") from None
