@@ -15,6 +15,7 @@ MODULES = [
     "prfaas.serve.instance",
     "prfaas.serve.backends.vllm",
     "prfaas.serve.backends.vllm_events",
+    "prfaas.serve.backends.vllm_arch",
 ]
 
 

@@ -33,7 +33,7 @@ from prfaas.transfer.events import (
     TransferFailed,
     TransferReceived,
 )
-from prfaas.transfer.handshake import identity_for, model_fingerprint
+from prfaas.transfer.handshake import checkpoint_fingerprint, identity_for, model_fingerprint
 from prfaas.transfer.keys import RequestId, SliceKey, SliceMeta
 from prfaas.transfer.memory import MemoryTransport
 from prfaas.transfer.receiver import Receiver
@@ -80,6 +80,7 @@ __all__ = [
     "TransferFailed",
     "TransferReceived",
     "Transport",
+    "checkpoint_fingerprint",
     "identity_for",
     "model_fingerprint",
     "resolve_secret",

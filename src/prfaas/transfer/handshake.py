@@ -29,6 +29,7 @@ import hmac
 import json
 import secrets
 from dataclasses import asdict
+from pathlib import Path
 
 from prfaas.specs.model import ModelSpec
 from prfaas.transfer.errors import (
@@ -57,6 +58,13 @@ def model_fingerprint(spec: ModelSpec) -> bytes:
     groups = [[type(g).__name__, asdict(g)] for g in spec.mixers]
     text = json.dumps({"name": spec.name, "mixers": groups}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).digest()
+
+
+def checkpoint_fingerprint(model_dir: Path) -> bytes:
+    """SHA-256 of a checkpoint's `config.json`: the fingerprint of a model prfaas's config
+    reader does not know, which the vLLM backend serves as vLLM reads it (both the instance
+    shell and the connector inside vLLM use it, so the two sides agree)."""
+    return hashlib.sha256((model_dir / "config.json").read_bytes()).digest()
 
 
 def identity_for(spec: ModelSpec, block_size_tokens: int, hash_seed: int) -> PeerIdentity:

@@ -8,14 +8,13 @@ by `secret_env`, which the shell sets for its vLLM child.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError
-from prfaas.transfer import PeerIdentity, identity_for
+from prfaas.transfer import PeerIdentity, checkpoint_fingerprint, identity_for
 
 CONNECTOR_CLASS = "PrfaasConnector"
 CONNECTOR_MODULE = "prfaas.integrations.vllm.connector"
@@ -37,11 +36,12 @@ class ConnectorSettings(BaseModel):
     status_path: str | None = None
 
     def peer_identity(self, model_dir: str, block_tokens: int) -> PeerIdentity:
-        """Model fingerprint (prfaas's, from config.json), vLLM's block size, the hash seed:
-        two engines whose blocks would not line up refuse each other at the handshake."""
+        """Model fingerprint (prfaas's, from config.json; for a model_type prfaas's reader
+        does not know, the config.json digest, as the instance shell's), vLLM's block size,
+        the hash seed: two engines whose blocks would not line up refuse each other at the
+        handshake."""
         try:
             fingerprint = identity_for(resolve_model(model_dir), block_tokens, 0).model_fingerprint
         except SpecError:
-            config = Path(model_dir) / "config.json"
-            fingerprint = hashlib.sha256(config.read_bytes()).digest()
+            fingerprint = checkpoint_fingerprint(Path(model_dir))
         return PeerIdentity(fingerprint, block_tokens, self.hash_seed)

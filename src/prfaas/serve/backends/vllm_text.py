@@ -27,12 +27,15 @@ from prfaas.serve.errors import BadRequestError
 INVALID_PREFIX = "Invalid prefix encountered"  # tokenizers' DecodeStream, vLLM issue 17448
 
 
-def load_tokenizer(model_dir: Path) -> Tokenizer:
-    """The model's fast tokenizer (`tokenizer.json`), the one vLLM detokenizes with; a model
-    directory without one is refused when the instance starts (transformers, which could
-    convert a slow tokenizer, is the engine's alone: DESIGN.md walls)."""
+def load_tokenizer(model_dir: Path, converted: str | None = None) -> Tokenizer:
+    """The fast tokenizer vLLM detokenizes with: the model's `tokenizer.json`, else
+    `converted`, the one transformers converted from a slow tokenizer's files inside the
+    vLLM venv (`prfaas.integrations.vllm.probe`: transformers is not this venv's, DESIGN.md
+    walls). A model directory with neither is refused when the instance starts."""
     path = model_dir / "tokenizer.json"
     try:
+        if converted is not None and not path.exists():
+            return Tokenizer.from_str(converted)
         return Tokenizer.from_file(str(path))
     except Exception as err:  # tokenizers raises a plain Exception for a bad file
         raise BadRequestError(

@@ -1,0 +1,269 @@
+"""Architectures prfaas's config reader does not know, served as vLLM reads them
+(`serve.backends.vllm_arch`): the probe's answer -> a ModelSpec or a one-line refusal, and the
+instance shell built on it. Pure, in the core venv: the probe is replaced by a script that
+prints a recorded answer (the real probe runs in test_vllm_probe.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prfaas.integrations.vllm.settings import ConnectorSettings
+from prfaas.serve.backends.vllm import VllmBackend
+from prfaas.serve.backends.vllm_arch import model_from_probe, refusal, run_probe
+from prfaas.serve.backends.vllm_spec import VllmSpec
+from prfaas.serve.config import Backend, Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.errors import BadRequestError
+from prfaas.specs.errors import UnsupportedConfigError
+from prfaas.transfer import identity_for
+
+#: What the probe printed for the tiny GPT-2 (`integrations/vllm/tiny.py gpt2`, dtype float32).
+GPT2: dict[str, Any] = {
+    "architecture": "GPT2LMHeadModel",
+    "model_type": "gpt2",
+    "dtype": "float32",
+    "dtype_bytes": 4,
+    "kv_cache_dtype": "auto",
+    "kv_dtype_bytes": 4,
+    "runner": "generate",
+    "is_hybrid": False,
+    "is_attention_free": False,
+    "has_noops": False,
+    "use_mla": False,
+    "is_moe": False,
+    "is_multimodal": False,
+    "is_encoder_decoder": False,
+    "num_layers": 2,
+    "num_attention_layers": 2,
+    "sliding_window": None,
+    "layer_types": None,
+    "heterogeneous_layers": False,
+    "num_attention_heads": 2,
+    "num_kv_heads": 2,
+    "head_size": 64,
+    "hidden_size": 128,
+    "vocab_size": 384,
+    "intermediate_size": 256,
+    "tie_word_embeddings": True,
+    "tokenizer_json": None,
+    "tokenizer_error": None,
+    "seconds": 5.0,
+}
+
+#: One change to GPT2's answer per kind vLLM serves and prfaas does not, and a word the
+#: refusal must say.
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
+    "hybrid": ({"is_hybrid": True, "num_attention_layers": 1}, "hybrid, 1 of 2 layers"),
+    "attention-free": (
+        {"is_attention_free": True, "num_attention_layers": 0, "num_kv_heads": 0},
+        "attention-free",
+    ),
+    "sliding-window": (
+        {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"]},
+        "window 128",
+    ),
+    "interleaved-layers": ({"layer_types": ["full_attention", "chunked_attention"]}, "chunked"),
+    "mla": ({"use_mla": True}, "MLA"),
+    "moe": ({"is_moe": True}, "mixture of experts"),
+    "noops": ({"has_noops": True}, "hybrid"),
+    "per-layer-shapes": ({"heterogeneous_layers": True}, "per-layer"),
+    "encoder-decoder": ({"is_encoder_decoder": True}, "encoder-decoder"),
+    "multimodal": ({"is_multimodal": True}, "multimodal"),
+    "pooling": ({"runner": "pooling"}, "pooling"),
+    "fewer-attention-layers": ({"num_attention_layers": 1}, "1 attention layers of 2"),
+    "scaled-kv": ({"kv_cache_dtype": "int8_per_token_head", "kv_dtype_bytes": 1}, "int8_per"),
+}
+
+
+def test_a_full_attention_dense_model_becomes_a_spec_like_llamas() -> None:
+    spec = model_from_probe(GPT2, "tiny-gpt2")
+    assert refusal(GPT2) is None
+    assert spec.name == "tiny-gpt2"
+    assert spec.kv_bytes_per_token() == 2 * 2 * 2 * 64 * 4  # K and V, layers, heads, dim, f32
+    assert spec.state_bytes(10_000) == 0
+    assert (spec.num_layers, spec.hidden_size, spec.vocab_size) == (2, 128, 384)
+    assert spec.tie_word_embeddings and spec.weight_dtype_bytes == 4
+
+
+@given(
+    layers=st.integers(1, 128),
+    kv_heads=st.integers(1, 64),
+    group=st.integers(1, 8),
+    head=st.sampled_from([64, 80, 96, 128, 256]),
+    dtype_bytes=st.sampled_from([1, 2, 4]),
+)
+def test_kv_bytes_per_token_are_keys_and_values_of_every_layer(
+    layers: int, kv_heads: int, group: int, head: int, dtype_bytes: int
+) -> None:
+    facts = GPT2 | {
+        "num_layers": layers,
+        "num_attention_layers": layers,
+        "num_kv_heads": kv_heads,
+        "num_attention_heads": kv_heads * group,
+        "head_size": head,
+        "kv_cache_dtype": {1: "fp8", 2: "bfloat16", 4: "auto"}[dtype_bytes],
+        "kv_dtype_bytes": dtype_bytes,
+    }
+    spec = model_from_probe(facts, "m")
+    assert spec.kv_bytes_per_token() == 2 * layers * kv_heads * head * dtype_bytes
+    assert spec.cache_bytes(1000) == 1000 * spec.kv_bytes_per_token()
+    assert model_from_probe(facts, "m") == spec  # one answer, one spec (the cache identity)
+
+
+@pytest.mark.parametrize("kind", list(REFUSED))
+def test_what_prfaas_cannot_serve_is_refused_naming_the_architecture(kind: str) -> None:
+    change, says = REFUSED[kind]
+    facts = GPT2 | change
+    reason = refusal(facts)
+    assert reason is not None and says in reason, reason
+    assert "GPT2LMHeadModel" in reason and "'gpt2'" in reason
+    assert "\n" not in reason
+    with pytest.raises(UnsupportedConfigError, match="GPT2LMHeadModel"):
+        model_from_probe(facts, "m")
+
+
+@given(st.sets(st.sampled_from(sorted(REFUSED)), min_size=1))
+def test_any_unsupported_trait_refuses(kinds: set[str]) -> None:
+    facts = dict(GPT2)
+    for kind in kinds:
+        facts |= REFUSED[kind][0]
+    assert refusal(facts) is not None
+
+
+def _fake_python(tmp_path: Path, stdout: str, code: int = 0) -> Path:
+    """A stand-in for the vLLM venv's interpreter that prints `stdout` (after a log line, as
+    vLLM's logger would) whatever it is asked."""
+    script = tmp_path / "python"
+    answer = tmp_path / "answer.txt"
+    answer.write_text(stdout)
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nprint('INFO vllm log line')\n"
+        f"sys.stdout.write(open({str(answer)!r}).read())\nsys.exit({code})\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_run_probe_reads_the_answer_and_vllms_refusal(tmp_path: Path) -> None:
+    python = _fake_python(tmp_path, json.dumps(GPT2) + "\n")
+    assert run_probe(python, tmp_path, None) == GPT2
+    python = _fake_python(tmp_path, json.dumps({"error": "ValueError: no such model"}), 1)
+    with pytest.raises(UnsupportedConfigError, match=r"vLLM cannot load .*no such model"):
+        run_probe(python, tmp_path, "float32")
+    python = _fake_python(tmp_path, "", 1)
+    with pytest.raises(UnsupportedConfigError, match="probe failed"):
+        run_probe(python, tmp_path, None)
+    with pytest.raises(UnsupportedConfigError, match="did not run"):
+        run_probe(tmp_path / "missing", tmp_path, None)
+
+
+def test_run_probe_passes_the_engines_flags(tmp_path: Path) -> None:
+    seen = tmp_path / "argv.json"
+    script = tmp_path / "python"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        f"print({json.dumps(GPT2)!r})\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    run_probe(script, tmp_path, None, ("--kv-cache-dtype", "fp8"))
+    assert json.loads(seen.read_text())[-5:] == [
+        "--dtype", "auto", "--", "--kv-cache-dtype", "fp8"
+    ]  # fmt: skip
+    run_probe(script, tmp_path, "float32")
+    assert json.loads(seen.read_text())[-2:] == ["--dtype", "float32"]
+
+
+def _byte_tokenizer_json() -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab = {"<|endoftext|>": 0}
+    for symbol in sorted(ByteLevel.alphabet()):
+        vocab[symbol] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return str(tok.to_str())
+
+
+def _backend(model_dir: Path) -> VllmBackend:
+    deployment = Deployment(
+        model=str(model_dir),
+        served_model_name="tiny",
+        block_tokens=64,
+        vllm=VllmSpec(dtype="float32"),
+        instances=(
+            InstanceSpec(
+                name="pdd-0", role=InstanceRole.PD_DECODE, cluster="pd", backend=Backend.VLLM
+            ),
+        ),
+    )
+    return VllmBackend(deployment, deployment.instances[0])
+
+
+def test_the_shell_serves_what_the_probe_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir = tmp_path / "tiny-gpt2"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+    answer = GPT2 | {"tokenizer_json": _byte_tokenizer_json()}
+    monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
+    backend = _backend(model_dir)
+    assert backend.read_by_vllm and not backend.is_hybrid and backend.moves_prefixes
+    assert backend.info.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
+    # the connector inside the child falls back to the same fingerprint
+    digest = hashlib.sha256((model_dir / "config.json").read_bytes()).digest()
+    connector = ConnectorSettings(listen_host="127.0.0.1", listen_port=0)
+    assert backend.info.peer.model_fingerprint == digest
+    assert connector.peer_identity(str(model_dir), 64).model_fingerprint == digest
+    # the converted tokenizer makes the output text
+    assert backend._tokenizer.decode(backend._tokenizer.encode("héllo").ids) == "héllo"
+
+
+def test_the_shell_refuses_what_the_probe_read_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir = tmp_path / "tiny-gemma2"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "gemma2"}))
+    answer = GPT2 | REFUSED["sliding-window"][0] | {"architecture": "Gemma2ForCausalLM"}
+    monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
+    with pytest.raises(BadRequestError, match=r"backend vllm: Gemma2ForCausalLM .*window 128"):
+        _backend(model_dir)
+    answer = GPT2 | {"tokenizer_error": "ValueError: needs sentencepiece"}
+    monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
+    with pytest.raises(BadRequestError, match=r"no tokenizer\.json .*needs sentencepiece"):
+        _backend(model_dir)
+
+
+def test_a_known_architecture_does_not_run_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir = tmp_path / "tiny-llama"
+    model_dir.mkdir()
+    config = {
+        "model_type": "llama",
+        "vocab_size": 384,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+    }
+    (model_dir / "config.json").write_text(json.dumps(config))
+    (model_dir / "tokenizer.json").write_text(_byte_tokenizer_json())
+    monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(tmp_path / "no-such-python"))
+    backend = _backend(model_dir)
+    assert backend.probed is None and not backend.read_by_vllm
+    assert backend.info.peer == identity_for(backend.model, 64, 0)
