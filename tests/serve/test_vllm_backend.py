@@ -477,6 +477,28 @@ def test_cache_moves_run_between_vllm_instances(
     assert after["prfaas"]["hit_tokens"] >= move["tokens"]  # the target's vLLM hit the move
 
 
+def test_a_flip_that_would_leave_a_pd_role_empty_is_refused_with_the_reason(
+    stack: Stack,
+) -> None:
+    """The slow loop's role flip, asked by hand, on this one-prefill one-decode PD cluster:
+    either flip would leave a role without an instance, so the router refuses it (409, the
+    reason) and both vLLM instances keep serving in their roles. (A vLLM child is
+    role-agnostic, `kv_both`: a flip that is allowed is the instance shell's alone, as for
+    the other backends, tests/serve/test_role_flips.py.)"""
+    for name, role, emptied in (
+        ("pdp-0", "pd-decode", "pd-prefill"),
+        ("pdd-0", "pd-prefill", "pd-decode"),
+    ):
+        url = f"{stack.prfaas_url}/admin/instances/{name}/role"
+        answer = httpx.post(
+            url, json={"role": role}, headers=stack.launcher.admin_headers, timeout=30
+        )
+        assert answer.status_code == 409, answer.text
+        assert f"instance {name} is the last healthy {emptied}" in answer.json()["error"]["message"]
+    placed = _complete(stack.pd_url, stack.model, "Not flipped. " + SHORT)["prfaas"]
+    assert (placed["prefill_instance"], placed["decode_instance"]) == ("pdp-0", "pdd-0")
+
+
 def _connector_status(stack: Stack, name: str) -> dict[str, Any]:
     pid = stack.launcher.children[name].pid
     path = Path(f"/tmp/prfaas-vllm-{name}-{pid}.json")
