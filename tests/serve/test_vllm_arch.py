@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prfaas.integrations.vllm.settings import ConnectorSettings
+from prfaas.integrations.vllm.tiny import LLAMA
 from prfaas.serve.backends.vllm import VllmBackend
 from prfaas.serve.backends.vllm_arch import model_from_probe, refusal, run_probe
 from prfaas.serve.backends.vllm_spec import VllmSpec
@@ -251,17 +252,7 @@ def test_a_known_architecture_does_not_run_the_probe(
 ) -> None:
     model_dir = tmp_path / "tiny-llama"
     model_dir.mkdir()
-    config = {
-        "model_type": "llama",
-        "vocab_size": 384,
-        "hidden_size": 128,
-        "intermediate_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 64,
-    }
-    (model_dir / "config.json").write_text(json.dumps(config))
+    (model_dir / "config.json").write_text(json.dumps(LLAMA))
     (model_dir / "tokenizer.json").write_text(_byte_tokenizer_json())
     monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(tmp_path / "no-such-python"))
     backend = _backend(model_dir)

@@ -38,15 +38,24 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from vllm_helpers import (
+    LONG,
+    MAX_TOKENS,
+    SHORT,
+    complete,
+    start_reference,
+    stop_all,
+    stream_texts,
+    vllm_instance,
+    wait_ok,
+)
 
-from prfaas.serve.backends.vllm import vllm_environment, vllm_python
+from prfaas.serve.backends.vllm import vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
     ADMIN_TOKEN_ENV_VAR,
-    Backend,
     Deployment,
     InstanceRole,
-    InstanceSpec,
     LinkSpec,
     RebalanceSpec,
     RouterSpec,
@@ -57,9 +66,6 @@ from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]
 
-SHORT = "The lazy dog sleeps."
-LONG = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(30))
-MAX_TOKENS = 12
 REQUEST_TIMEOUT_S = 120.0
 DTYPES = {"llama": "float32", "qwen3-next": "bfloat16"}
 
@@ -101,9 +107,6 @@ class Stack:
 
 
 def _deployment(model_dir: Path, preset: str) -> Deployment:
-    def vllm(name: str, role: InstanceRole, cluster: str) -> InstanceSpec:
-        return InstanceSpec(name=name, role=role, cluster=cluster, backend=Backend.VLLM)
-
     return Deployment(
         model=str(model_dir),
         served_model_name=f"tiny-{preset}",
@@ -114,19 +117,11 @@ def _deployment(model_dir: Path, preset: str) -> Deployment:
         rebalance=RebalanceSpec(enabled=False),
         vllm=VllmSpec(dtype=DTYPES[preset], max_model_len=4096, start_timeout_s=1500),
         instances=(
-            vllm("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
-            vllm("pdp-0", InstanceRole.PD_PREFILL, "pd"),
-            vllm("pdd-0", InstanceRole.PD_DECODE, "pd"),
+            vllm_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
+            vllm_instance("pdp-0", InstanceRole.PD_PREFILL, "pd"),
+            vllm_instance("pdd-0", InstanceRole.PD_DECODE, "pd"),
         ),
     )
-
-
-def _reference(model_dir: Path, preset: str, port: int) -> subprocess.Popen[bytes]:
-    env = vllm_environment(VllmSpec(kv_cache_gib=1))
-    argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.serve_main", "serve"]
-    argv += [str(model_dir), "--port", str(port), "--served-model-name", f"tiny-{preset}"]
-    argv += ["--enforce-eager", "--max-model-len", "4096", "--dtype", DTYPES[preset]]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _second_router(
@@ -149,22 +144,6 @@ def _second_router(
     return f"http://127.0.0.1:{port}", child
 
 
-def _wait_ok(url: str, path: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            response = httpx.get(url + path, timeout=2.0)
-            # vLLM's /health is a bare 200; prfaas's router answers {"status": "ok"}
-            if response.status_code == 200 and (
-                not response.content or response.json().get("status") == "ok"
-            ):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(1.0)
-    raise TimeoutError(f"{url}{path} not ready in {timeout_s:.0f} s")
-
-
 @pytest.fixture(scope="module", params=list(DTYPES))
 def stack(
     request: pytest.FixtureRequest, model_dirs: dict[str, Path], engine_env: None
@@ -177,48 +156,19 @@ def stack(
     launcher.start()
     try:
         launcher.wait_healthy()
-        processes.append(_reference(model_dir, preset, ref_port))  # after: less contention
+        # after the deployment: less contention
+        processes.append(start_reference(model_dir, f"tiny-{preset}", ref_port, DTYPES[preset]))
         pd_url, router = _second_router(launcher, 10**6)
         processes.append(router)
-        _wait_ok(pd_url, "/health", 120)
+        wait_ok(pd_url, "/health", 120)
         reference_url = f"http://127.0.0.1:{ref_port}"
-        _wait_ok(reference_url, "/health", 600)
+        wait_ok(reference_url, "/health", 600)
         yield Stack(
             preset, launcher, launcher.url, pd_url, reference_url, f"tiny-{preset}", processes
         )
     finally:
-        for child in processes:
-            child.send_signal(signal.SIGTERM)
         launcher.stop()
-        for child in processes:
-            try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                child.kill()
-
-
-def _complete(url: str, model: str, prompt: str | list[int], **fields: Any) -> dict[str, Any]:
-    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
-    body.update(fields)
-    response = httpx.post(url + "/v1/completions", json=body, timeout=600)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def _stream_texts(url: str, model: str, prompt: str, **fields: Any) -> list[str]:
-    """The non-empty text deltas of a streamed completion, in order."""
-    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
-    pieces = []
-    with httpx.stream(
-        "POST", url + "/v1/completions", json=body | fields | {"stream": True}, timeout=600
-    ) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                for choice in json.loads(line[6:]).get("choices", []):
-                    if choice.get("text"):
-                        pieces.append(choice["text"])
-    return pieces
+        stop_all(processes)
 
 
 def _state(stack: Stack, url: str | None = None) -> dict[str, Any]:
@@ -238,9 +188,9 @@ ON_BOUNDARY = ("On a block boundary. " + LONG)[:511]
     "prompt", [SHORT, LONG, ON_BOUNDARY], ids=["short", "long", "on-block-boundary"]
 )
 def test_greedy_text_through_prfaas_and_pd_equals_one_vllm(stack: Stack, prompt: str) -> None:
-    expected = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
-    via_prfaas = _complete(stack.prfaas_url, stack.model, prompt)
-    via_pd = _complete(stack.pd_url, stack.model, prompt)
+    expected = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    via_prfaas = complete(stack.prfaas_url, stack.model, prompt)
+    via_pd = complete(stack.pd_url, stack.model, prompt)
     assert via_prfaas["prfaas"]["path"] == "prfaas"
     assert via_pd["prfaas"]["path"] == "pd-p"
     assert via_prfaas["choices"][0]["text"] == expected
@@ -255,26 +205,26 @@ def test_first_token_endings_and_stop_strings_match_one_vllm(stack: Stack) -> No
     """The prefill decides whether its token ended the request; stop strings after it are
     checked on the joined text: one starting in the first token's text must still stop."""
     prompt = "Stops. " + LONG
-    one = _complete(stack.reference_url, stack.model, prompt, max_tokens=1)["choices"][0]
-    via_one = _complete(stack.prfaas_url, stack.model, prompt, max_tokens=1)
+    one = complete(stack.reference_url, stack.model, prompt, max_tokens=1)["choices"][0]
+    via_one = complete(stack.prfaas_url, stack.model, prompt, max_tokens=1)
     assert via_one["choices"][0]["text"] == one["text"]
     assert via_one["choices"][0]["finish_reason"] == one["finish_reason"]
     assert via_one["prfaas"]["kv_bytes"] == 0  # nothing to decode: nothing shipped
-    full = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    full = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
     head = len(one["text"])
     stops = {full[max(0, head - 1) : head + 1], full[:1], full[-2:]} - {""}
     assert stops, full
     for stop in sorted(stops):
-        expected = _complete(stack.reference_url, stack.model, prompt, stop=[stop])["choices"][0]
-        got = _complete(stack.prfaas_url, stack.model, prompt, stop=[stop])["choices"][0]
+        expected = complete(stack.reference_url, stack.model, prompt, stop=[stop])["choices"][0]
+        got = complete(stack.prfaas_url, stack.model, prompt, stop=[stop])["choices"][0]
         assert (got["text"], got["finish_reason"]) == (
             expected["text"],
             expected["finish_reason"],
         ), stop
         # streamed as vLLM streams: no delta shows text the stop string later cuts off
-        pieces = _stream_texts(stack.prfaas_url, stack.model, prompt, stop=[stop])
+        pieces = stream_texts(stack.prfaas_url, stack.model, prompt, stop=[stop])
         assert "".join(pieces) == expected["text"], stop
-        assert pieces == _stream_texts(stack.reference_url, stack.model, prompt, stop=[stop])
+        assert pieces == stream_texts(stack.reference_url, stack.model, prompt, stop=[stop])
     # a first-token stop discarded its staged KV: well before the staging deadline would
     _wait_decode_side_empty(stack, REQUEST_TIMEOUT_S / 2)
 
@@ -307,10 +257,10 @@ def test_logprobs_are_vllms_own(stack: Stack, url: str) -> None:
     fields: dict[str, Any] = {"logprobs": 3, "max_tokens": 6}
     # the reference keyed by token id: byte tokens' texts collide ("\ufffd") in a text-keyed
     # dict, where vLLM keeps the last (worst) and prfaas the first (best) of them
-    expected = _complete(
+    expected = complete(
         stack.reference_url, stack.model, prompt, return_tokens_as_token_ids=True, **fields
     )["choices"][0]
-    got = _complete(getattr(stack, url), stack.model, prompt, **fields)["choices"][0]
+    got = complete(getattr(stack, url), stack.model, prompt, **fields)["choices"][0]
     assert got["text"] == expected["text"]
     want, have = expected["logprobs"], got["logprobs"]
     assert have["token_logprobs"] == pytest.approx(want["token_logprobs"], abs=1e-5)
@@ -375,7 +325,7 @@ def test_unset_sampling_fields_take_the_models_generation_config(stack: Stack) -
         httpx.post(base + "/v1/completions", json=body, timeout=600).json()["choices"][0]["text"]
         for base in (stack.prfaas_url, stack.reference_url)
     ]
-    greedy = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    greedy = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
     assert texts == [greedy, greedy]
 
 
@@ -400,9 +350,9 @@ def test_a_chat_without_max_tokens_may_fill_the_context(stack: Stack) -> None:
 
 def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:
     prompt = "A fresh document. " + LONG
-    first = _complete(stack.prfaas_url, stack.model, prompt)
+    first = complete(stack.prfaas_url, stack.model, prompt)
     time.sleep(1.5)  # the router pulls cache events every poll_interval_s
-    second = _complete(stack.prfaas_url, stack.model, prompt)
+    second = complete(stack.prfaas_url, stack.model, prompt)
     assert second["choices"][0]["text"] == first["choices"][0]["text"]
     assert first["prfaas"]["hit_tokens"] == 0
     assert second["prfaas"]["prefill_instance"] == first["prfaas"]["prefill_instance"]
@@ -457,11 +407,11 @@ def test_cache_moves_run_between_vllm_instances(
     count) and gives the single engine's text. A hybrid model's prefixes do not move on vLLM
     (docs/vllm.md, Limits): its router schedules by the no-move rules instead."""
     prompt = f"Moved from {source}. " + LONG
-    expected = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
-    before = _complete(getattr(stack, first), stack.model, prompt)
+    expected = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    before = complete(getattr(stack, first), stack.model, prompt)
     assert before["prfaas"]["prefill_instance"] == source
     _wait_router_holds(stack, getattr(stack, second), source, prompt, 1024)
-    after = _complete(getattr(stack, second), stack.model, prompt)
+    after = complete(getattr(stack, second), stack.model, prompt)
     assert after["prfaas"]["prefill_instance"] == target
     assert after["choices"][0]["text"] == expected
     decisions = reversed(_state(stack, getattr(stack, second))["recent_decisions"])
@@ -495,7 +445,7 @@ def test_a_flip_that_would_leave_a_pd_role_empty_is_refused_with_the_reason(
         )
         assert answer.status_code == 409, answer.text
         assert f"instance {name} is the last healthy {emptied}" in answer.json()["error"]["message"]
-    placed = _complete(stack.pd_url, stack.model, "Not flipped. " + SHORT)["prfaas"]
+    placed = complete(stack.pd_url, stack.model, "Not flipped. " + SHORT)["prfaas"]
     assert (placed["prefill_instance"], placed["decode_instance"]) == ("pdp-0", "pdd-0")
 
 
@@ -507,7 +457,7 @@ def _connector_status(stack: Stack, name: str) -> dict[str, Any]:
 
 def test_killing_the_vllm_prefill_mid_request_retries_and_pins_nothing(stack: Stack) -> None:
     prompt = "Killed mid-prefill. " + LONG * 2
-    expected = _complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
+    expected = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
     result: dict[str, Any] = {}
 
     def run() -> None:

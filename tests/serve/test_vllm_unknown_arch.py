@@ -18,27 +18,33 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import yaml
 from tokenizers import Tokenizer
+from vllm_helpers import (
+    LONG,
+    MAX_TOKENS,
+    SHORT,
+    complete,
+    start_reference,
+    stop_all,
+    stream_texts,
+    vllm_instance,
+    wait_ok,
+)
 
-from prfaas.serve.backends.vllm import vllm_environment, vllm_python
+from prfaas.serve.backends.vllm import vllm_python
 from prfaas.serve.backends.vllm_arch import model_from_probe
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
-    Backend,
     Deployment,
     InstanceRole,
-    InstanceSpec,
     LinkSpec,
     RebalanceSpec,
     RouterSpec,
@@ -48,9 +54,6 @@ from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.vllm]
 
-SHORT = "The lazy dog sleeps."
-LONG = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(30))
-MAX_TOKENS = 12
 MODEL = "tiny-gpt2"
 SECRET = "vllm-e2e-secret-0123456789"
 GEMMA2 = {
@@ -123,9 +126,6 @@ def test_an_architecture_with_sliding_window_layers_is_refused_at_start(
 
 
 def _deployment(model_dir: Path) -> Deployment:
-    def vllm(name: str, role: InstanceRole, cluster: str) -> InstanceSpec:
-        return InstanceSpec(name=name, role=role, cluster=cluster, backend=Backend.VLLM)
-
     return Deployment(
         model=str(model_dir),
         served_model_name=MODEL,
@@ -136,22 +136,10 @@ def _deployment(model_dir: Path) -> Deployment:
         rebalance=RebalanceSpec(enabled=False),
         vllm=VllmSpec(dtype="float32", max_model_len=4096, start_timeout_s=1500),
         instances=(
-            vllm("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
-            vllm("pdd-0", InstanceRole.PD_DECODE, "pd"),
+            vllm_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
+            vllm_instance("pdd-0", InstanceRole.PD_DECODE, "pd"),
         ),
     )
-
-
-def _wait_ok(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1.0)
-    raise TimeoutError(f"{url}/health not ready in {timeout_s:.0f} s")
 
 
 @pytest.fixture(scope="module")
@@ -162,52 +150,16 @@ def urls(gpt2_dir: Path) -> Iterator[tuple[Launcher, str]]:
         env.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
         launcher = Launcher(_deployment(gpt2_dir))
         launcher.start()
-        reference: subprocess.Popen[bytes] | None = None
+        reference: list[subprocess.Popen[bytes]] = []
         try:
             launcher.wait_healthy()
             port = free_port()
-            argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.serve_main", "serve"]
-            argv += [str(gpt2_dir), "--port", str(port), "--served-model-name", MODEL]
-            argv += ["--enforce-eager", "--max-model-len", "4096", "--dtype", "float32"]
-            reference = subprocess.Popen(
-                argv,
-                env=vllm_environment(VllmSpec(kv_cache_gib=1)),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            _wait_ok(f"http://127.0.0.1:{port}", 600)
+            reference.append(start_reference(gpt2_dir, MODEL, port, "float32"))
+            wait_ok(f"http://127.0.0.1:{port}", "/health", 600)
             yield launcher, f"http://127.0.0.1:{port}"
         finally:
-            if reference is not None:
-                reference.send_signal(signal.SIGTERM)
             launcher.stop()
-            if reference is not None:
-                try:
-                    reference.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    reference.kill()
-
-
-def _complete(url: str, prompt: str) -> dict[str, Any]:
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
-    response = httpx.post(url + "/v1/completions", json=body, timeout=600)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-def _stream_texts(url: str, prompt: str) -> list[str]:
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
-    pieces = []
-    with httpx.stream(
-        "POST", url + "/v1/completions", json=body | {"stream": True}, timeout=600
-    ) as response:
-        assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                for choice in json.loads(line[6:]).get("choices", []):
-                    if choice.get("text"):
-                        pieces.append(choice["text"])
-    return pieces
+            stop_all(reference)
 
 
 @pytest.mark.e2e
@@ -223,12 +175,12 @@ def test_greedy_text_through_prfaas_equals_one_vllm(
         launcher.deployment.instance("prfaas-0").url + "/info", auth=launcher.instance_auth()
     )
     assert info.json()["kv_bytes_per_token"] == 2 * 2 * 2 * 64 * 4
-    expected = _complete(reference, prompt)["choices"][0]["text"]
-    got = _complete(router, prompt)
+    expected = complete(reference, MODEL, prompt)["choices"][0]["text"]
+    got = complete(router, MODEL, prompt)
     assert got["prfaas"]["path"] == "prfaas"
     assert got["choices"][0]["text"] == expected
     assert got["usage"]["completion_tokens"] == MAX_TOKENS
     assert got["prfaas"]["kv_bytes"] > 0
     if prompt is LONG:
         assert got["usage"]["prompt_tokens"] > 1000
-    assert _stream_texts(router, prompt) == _stream_texts(reference, prompt)
+    assert stream_texts(router, MODEL, prompt) == stream_texts(reference, MODEL, prompt)

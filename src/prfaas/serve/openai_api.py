@@ -231,31 +231,26 @@ class ChatMessage(BaseModel):
         return ChatTurn(role=self.role, content=parts)
 
 
-class ChatCompletionRequest(_Request):
+class ChatFields(BaseModel):
+    """A chat's messages and vLLM's chat-template switches: the chat endpoint's and
+    `/tokenize`'s with messages, rendered by an instance as one `ChatPrompt`."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     add_special_tokens: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _top_needs_logprobs(self) -> ChatCompletionRequest:
-        if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs needs logprobs: true")
+    def _one_ending(self) -> ChatFields:
         if self.add_generation_prompt and self.continue_final_message:
             raise ValueError("add_generation_prompt and continue_final_message exclude each other")
         return self
 
     @property
-    def num_logprobs(self) -> int | None:
-        return (self.top_logprobs or 0) if self.logprobs else None
-
-    @property
     def chat(self) -> ChatPrompt:
-        """The chat as an instance renders it."""
         return ChatPrompt(
             messages=[m.turn() for m in self.messages],
             add_generation_prompt=self.add_generation_prompt,
@@ -263,6 +258,22 @@ class ChatCompletionRequest(_Request):
             add_special_tokens=self.add_special_tokens,
             chat_template_kwargs=self.chat_template_kwargs,
         )
+
+
+class ChatCompletionRequest(_Request, ChatFields):
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 _R = TypeVar("_R", bound=BaseModel)

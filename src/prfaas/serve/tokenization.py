@@ -30,14 +30,13 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 import prfaas
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError
 from prfaas.serve.flow import RouterRuntime, check_token_ids, detokenize, tokenize, tokenize_chat
 from prfaas.serve.jsonbody import load_json
-from prfaas.serve.openai_api import MAX_TOKEN_ID, ChatMessage, parse_body
-from prfaas.serve.protocol import ChatPrompt
+from prfaas.serve.openai_api import MAX_TOKEN_ID, ChatFields, parse_body
 
 
 class _Body(BaseModel):
@@ -51,28 +50,8 @@ class TokenizePrompt(_Body):
     add_special_tokens: bool = True
 
 
-class TokenizeChat(_Body):
-    messages: list[ChatMessage] = Field(min_length=1)
-    add_special_tokens: bool = False
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    chat_template_kwargs: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _one_ending(self) -> TokenizeChat:
-        if self.add_generation_prompt and self.continue_final_message:
-            raise ValueError("add_generation_prompt and continue_final_message exclude each other")
-        return self
-
-    @property
-    def chat(self) -> ChatPrompt:
-        return ChatPrompt(
-            messages=[m.turn() for m in self.messages],
-            add_generation_prompt=self.add_generation_prompt,
-            continue_final_message=self.continue_final_message,
-            add_special_tokens=self.add_special_tokens,
-            chat_template_kwargs=self.chat_template_kwargs,
-        )
+class TokenizeChat(_Body, ChatFields):
+    """`/tokenize` with messages: the ids the chat endpoint would prefill for them."""
 
 
 class Detokenize(_Body):
