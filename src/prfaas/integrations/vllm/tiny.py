@@ -2,6 +2,7 @@
 
     python -m prfaas.integrations.vllm.tiny llama DIR        # float32, head dim 64
     python -m prfaas.integrations.vllm.tiny qwen3-next DIR   # bf16, hybrid GDN + attention
+    python -m prfaas.integrations.vllm.tiny gemma3 DIR       # float32, sliding window + full
     python -m prfaas.integrations.vllm.tiny gpt2 DIR         # float32, slow tokenizer only
 
 Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
@@ -90,10 +91,28 @@ GPT2: dict[str, Any] = {
     "initializer_range": INITIALIZER_RANGE,
 }
 
+#: Sliding-window (window 128) and full attention, 3 : 1: vLLM's SlidingWindowSpec group.
+GEMMA3: dict[str, Any] = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    "max_position_embeddings": 4096,
+    "initializer_range": INITIALIZER_RANGE,
+}
+
 PRESETS = {
     "llama": (LLAMA, "float32"),
     "qwen3-next": (QWEN3_NEXT, "bfloat16"),
     "gpt2": (GPT2, "float32"),
+    "gemma3": (GEMMA3, "float32"),
 }
 #: Presets whose directory holds a slow tokenizer's files instead of `tokenizer.json`.
 SLOW_TOKENIZER = {"gpt2"}
