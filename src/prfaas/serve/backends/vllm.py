@@ -180,7 +180,7 @@ class VllmBackend:
         that decide it (a context longer than the model's is vLLM's refusal here too)."""
         s = self._settings
         flags = ("--max-model-len", str(s.max_model_len), *s.extra_args)
-        return run_probe(self.python, self.model_dir, s.dtype, flags)
+        return run_probe(self.python, self.model_dir, s.dtype, flags, vllm_environment(s))
 
     def _peer_identity(self) -> PeerIdentity:
         """What the connector inside the child presents at the handshake (its

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +38,22 @@ PLAIN_KV_DTYPES += ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def run_probe(
-    python: Path, model_dir: Path, dtype: str | None, engine_flags: Sequence[str] = ()
+    python: Path,
+    model_dir: Path,
+    dtype: str | None,
+    engine_flags: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The probe's answer for `model_dir` with the engine's `--dtype` (None: `auto`, as
-    `vllm serve` resolves it) and its other flags (the deployment's `vllm.extra_args`).
+    `vllm serve` resolves it), its other flags (the deployment's `vllm.extra_args`) and its
+    environment (`env`; None: this process's).
     Raises UnsupportedConfigError with vLLM's own reason when vLLM refuses the directory or
     the probe cannot run."""
     argv = [str(python), "-m", PROBE_MODULE, str(model_dir), "--dtype", dtype or "auto"]
     argv += ["--", *engine_flags] if engine_flags else []
     try:
         done = subprocess.run(
-            argv, check=False, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+            argv, check=False, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise UnsupportedConfigError(f"the vLLM probe did not run ({err})") from None
