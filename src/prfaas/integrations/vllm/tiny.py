@@ -3,6 +3,7 @@
     python -m prfaas.integrations.vllm.tiny llama DIR        # float32, head dim 64
     python -m prfaas.integrations.vllm.tiny qwen3-next DIR   # bf16, hybrid GDN + attention
     python -m prfaas.integrations.vllm.tiny gemma3 DIR       # float32, sliding window + full
+    python -m prfaas.integrations.vllm.tiny lfm2 DIR         # float32, short conv + full
     python -m prfaas.integrations.vllm.tiny gpt2 DIR         # float32, slow tokenizer only
 
 Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
@@ -108,11 +109,35 @@ GEMMA3: dict[str, Any] = {
     "initializer_range": INITIALIZER_RANGE,
 }
 
+#: Short-convolution and attention layers, 1 : 1: vLLM's short-conv state (a MambaSpec
+#: group). vLLM 0.32 reads `conv_dim`, which transformers' Lfm2Config no longer writes.
+LFM2: dict[str, Any] = {
+    "architectures": ["Lfm2ForCausalLM"],
+    "model_type": "lfm2",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "block_ff_dim": 256,
+    "block_dim": 128,
+    "conv_dim": 128,
+    "conv_dim_out": 128,
+    "conv_L_cache": 3,
+    "conv_bias": False,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "layer_types": ["conv", "full_attention", "conv", "full_attention"],
+    "full_attn_idxs": [1, 3],
+    "max_position_embeddings": 4096,
+    "initializer_range": INITIALIZER_RANGE,
+}
+
 PRESETS = {
     "llama": (LLAMA, "float32"),
     "qwen3-next": (QWEN3_NEXT, "bfloat16"),
     "gpt2": (GPT2, "float32"),
     "gemma3": (GEMMA3, "float32"),
+    "lfm2": (LFM2, "float32"),
 }
 #: Presets whose directory holds a slow tokenizer's files instead of `tokenizer.json`.
 SLOW_TOKENIZER = {"gpt2"}
