@@ -41,6 +41,7 @@ import yaml
 from vllm_helpers import (
     LONG,
     MAX_TOKENS,
+    SECRET,
     SHORT,
     complete,
     start_reference,
@@ -90,7 +91,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def engine_env() -> Iterator[None]:
     """The environment every engine of this module starts in (children inherit it)."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("PRFAAS_TRANSFER_SECRET", "vllm-e2e-secret-0123456789")
+        env.setenv("PRFAAS_TRANSFER_SECRET", SECRET)
         env.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")  # one reduction order (module docstring)
         yield
 

@@ -21,19 +21,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from vllm_helpers import LONG, complete, start_reference, stop_all, vllm_instance, wait_ok
+from vllm_helpers import LONG, complete, serving_pair
 
 from prfaas.serve.backends.vllm import vllm_python
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import (
-    Deployment,
-    InstanceRole,
-    LinkSpec,
-    RebalanceSpec,
-    RouterSpec,
-    free_port,
-)
-from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]
 
@@ -51,35 +41,8 @@ def urls(
     model_dir = tmp_path_factory.mktemp("vllm-kinds") / model
     argv = [str(vllm_python()), "-m", "prfaas.integrations.vllm.tiny", preset, str(model_dir)]
     subprocess.run(argv, check=True, capture_output=True)
-    deployment = Deployment(
-        model=str(model_dir),
-        served_model_name=model,
-        block_tokens=64,
-        threshold_tokens=0,
-        router=RouterSpec(port=0, request_timeout_s=120.0),
-        link=LinkSpec(rate_gbps=1.0, rtt_ms=0),
-        rebalance=RebalanceSpec(enabled=False),
-        vllm=VllmSpec(dtype="float32", max_model_len=4096, start_timeout_s=1500),
-        instances=(
-            vllm_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
-            vllm_instance("pdd-0", InstanceRole.PD_DECODE, "pd"),
-        ),
-    )
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PRFAAS_TRANSFER_SECRET", "vllm-e2e-secret-0123456789")
-        env.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
-        launcher = Launcher(deployment)
-        launcher.start()
-        reference: list[subprocess.Popen[bytes]] = []
-        try:
-            launcher.wait_healthy()
-            port = free_port()
-            reference.append(start_reference(model_dir, model, port, "float32"))
-            wait_ok(f"http://127.0.0.1:{port}", "/health", 600)
-            yield model, launcher.url, f"http://127.0.0.1:{port}"
-        finally:
-            launcher.stop()
-            stop_all(reference)
+    with serving_pair(model_dir, model) as (launcher, reference):
+        yield model, launcher.url, reference
 
 
 @pytest.mark.parametrize("prompt", ["Once. " + LONG, "Twice. " + LONG * 2], ids=["1.6k", "3.2k"])

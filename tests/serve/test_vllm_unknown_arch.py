@@ -30,32 +30,21 @@ from tokenizers import Tokenizer
 from vllm_helpers import (
     LONG,
     MAX_TOKENS,
+    SECRET,
     SHORT,
     complete,
-    start_reference,
-    stop_all,
+    pair_deployment,
+    serving_pair,
     stream_texts,
-    vllm_instance,
-    wait_ok,
 )
 
 from prfaas.serve.backends.vllm import vllm_python
 from prfaas.serve.backends.vllm_arch import model_from_probe
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import (
-    Deployment,
-    InstanceRole,
-    LinkSpec,
-    RebalanceSpec,
-    RouterSpec,
-    free_port,
-)
 from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.vllm]
 
 MODEL = "tiny-gpt2"
-SECRET = "vllm-e2e-secret-0123456789"
 GEMMA2 = {
     "architectures": ["Gemma2ForCausalLM"],
     "model_type": "gemma2",
@@ -113,7 +102,7 @@ def test_an_architecture_with_sliding_window_layers_is_refused_at_start(
     model_dir = tmp_path / "tiny-gemma2"
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps(GEMMA2))
-    deployment = _deployment(model_dir).model_copy(update={"served_model_name": "tiny-gemma2"})
+    deployment = pair_deployment(model_dir, "tiny-gemma2")
     file = tmp_path / "deploy.yaml"
     file.write_text(yaml.safe_dump(deployment.model_dump(mode="json")))
     env = os.environ | {"PRFAAS_TRANSFER_SECRET": SECRET}
@@ -125,41 +114,11 @@ def test_an_architecture_with_sliding_window_layers_is_refused_at_start(
     assert "sliding_attention" in last and "window 128" in last, last
 
 
-def _deployment(model_dir: Path) -> Deployment:
-    return Deployment(
-        model=str(model_dir),
-        served_model_name=MODEL,
-        block_tokens=64,
-        threshold_tokens=0,
-        router=RouterSpec(port=0, request_timeout_s=120.0),
-        link=LinkSpec(rate_gbps=1.0, rtt_ms=0),
-        rebalance=RebalanceSpec(enabled=False),
-        vllm=VllmSpec(dtype="float32", max_model_len=4096, start_timeout_s=1500),
-        instances=(
-            vllm_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
-            vllm_instance("pdd-0", InstanceRole.PD_DECODE, "pd"),
-        ),
-    )
-
-
 @pytest.fixture(scope="module")
 def urls(gpt2_dir: Path) -> Iterator[tuple[Launcher, str]]:
-    """(the deployment, a plain `vllm serve`'s URL), every engine with one reduction order."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PRFAAS_TRANSFER_SECRET", SECRET)
-        env.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
-        launcher = Launcher(_deployment(gpt2_dir))
-        launcher.start()
-        reference: list[subprocess.Popen[bytes]] = []
-        try:
-            launcher.wait_healthy()
-            port = free_port()
-            reference.append(start_reference(gpt2_dir, MODEL, port, "float32"))
-            wait_ok(f"http://127.0.0.1:{port}", "/health", 600)
-            yield launcher, f"http://127.0.0.1:{port}"
-        finally:
-            launcher.stop()
-            stop_all(reference)
+    """(the deployment, a plain `vllm serve`'s URL)."""
+    with serving_pair(gpt2_dir, MODEL) as pair:
+        yield pair
 
 
 @pytest.mark.e2e

@@ -3,27 +3,80 @@ reference, and the requests both sides get."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from prfaas.serve.backends.vllm import vllm_environment, vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import Backend, InstanceRole, InstanceSpec
+from prfaas.serve.config import (
+    Backend,
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    LinkSpec,
+    RebalanceSpec,
+    RouterSpec,
+    free_port,
+)
+from prfaas.serve.launcher import Launcher
 
 SHORT = "The lazy dog sleeps."
 LONG = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(30))
 MAX_TOKENS = 12
+SECRET = "vllm-e2e-secret-0123456789"
 
 
 def vllm_instance(name: str, role: InstanceRole, cluster: str) -> InstanceSpec:
     return InstanceSpec(name=name, role=role, cluster=cluster, backend=Backend.VLLM)
+
+
+def pair_deployment(model_dir: Path, model: str) -> Deployment:
+    """A PrfaaS prefill and a PD decode vLLM instance, float32, t = 0 (every request takes
+    the PrfaaS path): the fewest engines that exercise the inter-cluster hand-off."""
+    return Deployment(
+        model=str(model_dir),
+        served_model_name=model,
+        block_tokens=64,
+        threshold_tokens=0,
+        router=RouterSpec(port=0, request_timeout_s=120.0),
+        link=LinkSpec(rate_gbps=1.0, rtt_ms=0),
+        rebalance=RebalanceSpec(enabled=False),
+        vllm=VllmSpec(dtype="float32", max_model_len=4096, start_timeout_s=1500),
+        instances=(
+            vllm_instance("prfaas-0", InstanceRole.PRFAAS_PREFILL, "prfaas"),
+            vllm_instance("pdd-0", InstanceRole.PD_DECODE, "pd"),
+        ),
+    )
+
+
+@contextlib.contextmanager
+def serving_pair(model_dir: Path, model: str) -> Iterator[tuple[Launcher, str]]:
+    """`pair_deployment` up and a plain `vllm serve` beside it: (the launcher, the
+    reference's URL), every engine with one reduction order (`VLLM_CPU_ATTN_SPLIT_KV=0`)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PRFAAS_TRANSFER_SECRET", SECRET)
+        env.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
+        launcher = Launcher(pair_deployment(model_dir, model))
+        launcher.start()
+        reference: list[subprocess.Popen[bytes]] = []
+        try:
+            launcher.wait_healthy()
+            port = free_port()
+            reference.append(start_reference(model_dir, model, port, "float32"))
+            wait_ok(f"http://127.0.0.1:{port}", "/health", 600)
+            yield launcher, f"http://127.0.0.1:{port}"
+        finally:
+            launcher.stop()
+            stop_all(reference)
 
 
 def start_reference(model_dir: Path, name: str, port: int, dtype: str) -> subprocess.Popen[bytes]:
