@@ -125,7 +125,10 @@ def complete(url: str, model: str, prompt: str | list[int], **fields: Any) -> di
 
 
 def stream_texts(url: str, model: str, prompt: str, **fields: Any) -> list[str]:
-    """The non-empty text deltas of a streamed completion, in order."""
+    """The non-empty text deltas of a streamed completion, in order.
+
+    Compare their join, not the list: vLLM merges the deltas a slow reader has not yet taken
+    (its output collector), so where one delta ends depends on timing, in `vllm serve` too."""
     body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
     pieces = []
     with httpx.stream(
