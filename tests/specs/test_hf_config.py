@@ -71,6 +71,46 @@ def test_gpt_oss_alternates_sliding_and_full(hf_config_dir: Path) -> None:
     assert spec.total_params / 1e9 == pytest.approx(117, rel=0.01)
 
 
+DENSE_BASE = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+}
+
+
+def _window_layers(raw: dict) -> list[tuple[str, int, int | None]]:
+    spec = model_from_hf_config({**DENSE_BASE, **raw}, "m")
+    return [
+        (type(g).__name__, g.num_layers, getattr(g, "window_tokens", None)) for g in spec.mixers
+    ]
+
+
+def test_a_dense_models_window_applies_as_transformers_and_vllm_apply_it() -> None:
+    """Mistral-7B-v0.1 slides every layer; Qwen2.5 ships a window it does not use."""
+    assert _window_layers({"model_type": "llama"}) == [("GqaAttention", 4, None)]
+    assert _window_layers({"model_type": "mistral", "sliding_window": 4096}) == [
+        ("SlidingWindowAttention", 4, 4096)
+    ]
+    assert _window_layers({"model_type": "mistral", "sliding_window": None}) == [
+        ("GqaAttention", 4, None)
+    ]
+    qwen = {"model_type": "qwen2", "sliding_window": 131072, "max_window_layers": 2}
+    assert _window_layers(qwen | {"use_sliding_window": False}) == [("GqaAttention", 4, None)]
+    assert _window_layers(qwen) == [("GqaAttention", 4, None)]  # transformers' default: off
+    assert _window_layers(qwen | {"use_sliding_window": True}) == [
+        ("GqaAttention", 2, None),
+        ("SlidingWindowAttention", 2, 131072),
+    ]
+    listed = ["full_attention", "sliding_attention"] * 2
+    assert _window_layers({"model_type": "qwen3", "sliding_window": 64, "layer_types": listed}) == [
+        ("GqaAttention", 2, None),
+        ("SlidingWindowAttention", 2, 64),
+    ]
+
+
 def test_deepseek_v3_is_all_mla_with_dense_first_layers(hf_config_dir: Path) -> None:
     spec = model_from_hf_config(_load(hf_config_dir, "deepseek-v3"), "dsv3")
     (mla,) = spec.mixers

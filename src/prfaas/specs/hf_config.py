@@ -193,8 +193,17 @@ class _Family:
 
 
 def _dense_plan(cfg: _Config) -> _LayerPlan:
-    n = cfg.int("num_hidden_layers")
-    return _LayerPlan(["full"] * n, ["dense"] * n)
+    """Full attention, unless the config gives a window, which applies as transformers and
+    vLLM apply it: to the `layer_types` listed as sliding; without them, for Qwen from
+    `max_window_layers` on and only when `use_sliding_window` says so (Qwen2.5 ships a
+    window beside `use_sliding_window: false`), else to every layer (Mistral-7B-v0.1)."""
+    qwen = cfg.model_type.startswith("qwen")
+    window = cfg.int("sliding_window", 0) if cfg.get("use_sliding_window", not qwen) else 0
+    first = cfg.int("max_window_layers", 0) if cfg.has("use_sliding_window") else 0
+    mixers = _normalise_layer_types(
+        cfg, lambda i: "sliding_attention" if window and i >= first else "full_attention"
+    )
+    return _LayerPlan(mixers, ["dense"] * len(mixers))
 
 
 def _dense_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:
@@ -695,7 +704,7 @@ def _deepseek_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     return _mla(cfg, count)
 
 
-_DENSE = _Family(_dense_plan, _plain_mixer, _dense_mlp)
+_DENSE = _Family(_dense_plan, _swa_or_gqa, _dense_mlp)
 _QWEN_HYBRID = _Family(_qwen_hybrid_plan, _qwen_hybrid_mixer, _qwen_mlp)
 _DEEPSEEK = _Family(_deepseek_plan, _deepseek_mixer, _deepseek_mlp)
 
