@@ -1,10 +1,11 @@
 """Architectures prfaas's config reader does not know, served as vLLM reads them
 (`serve.backends.vllm_arch`): the probe's answer -> a ModelSpec or a one-line refusal, and the
 instance shell built on it. Pure, in the core venv: the probe is replaced by a script that
-prints a recorded answer (the real probe runs in test_vllm_probe.py)."""
+prints a recorded answer (the real probe runs in test_vllm_unknown_arch.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import stat
@@ -19,11 +20,12 @@ from hypothesis import strategies as st
 from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.integrations.vllm.tiny import LLAMA
 from prfaas.serve.backends.vllm import VllmBackend
-from prfaas.serve.backends.vllm_arch import model_from_probe, refusal, run_probe
+from prfaas.serve.backends.vllm_arch import layout_mismatch, model_from_probe, refusal, run_probe
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import Backend, Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import BadRequestError
 from prfaas.specs.errors import UnsupportedConfigError
+from prfaas.specs.model import DenseMlp, LinearAttention, LinearKind, MoeMlp
 from prfaas.transfer import identity_for
 
 #: What the probe printed for the tiny GPT-2 (`integrations/vllm/tiny.py gpt2`, dtype float32).
@@ -45,6 +47,7 @@ GPT2: dict[str, Any] = {
     "num_layers": 2,
     "num_attention_layers": 2,
     "sliding_window": None,
+    "rswa_window": None,
     "layer_types": None,
     "heterogeneous_layers": False,
     "num_attention_heads": 2,
@@ -54,6 +57,12 @@ GPT2: dict[str, Any] = {
     "vocab_size": 384,
     "intermediate_size": 256,
     "tie_word_embeddings": True,
+    "num_experts": 0,
+    "experts_per_token": 0,
+    "moe_intermediate_size": 256,
+    "shared_expert_intermediate_size": 0,
+    "num_shared_experts": 0,
+    "dense_mlp_layers": 0,
     "tokenizer_json": None,
     "tokenizer_error": None,
     "seconds": 5.0,
@@ -67,13 +76,19 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         {"is_attention_free": True, "num_attention_layers": 0, "num_kv_heads": 0},
         "attention-free",
     ),
-    "sliding-window": (
-        {"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"]},
-        "window 128",
+    "sliding-without-window": (
+        {"layer_types": ["sliding_attention", "full_attention"]},
+        "no sliding_window",
     ),
+    "reverse-window": ({"rswa_window": 64}, "reverse sliding window"),
+    "layer-types-count": ({"layer_types": ["full_attention"]}, "1 layer_types for 2"),
     "interleaved-layers": ({"layer_types": ["full_attention", "chunked_attention"]}, "chunked"),
     "mla": ({"use_mla": True}, "MLA"),
-    "moe": ({"is_moe": True}, "mixture of experts"),
+    "moe-without-experts": ({"is_moe": True}, "0 experts, 0 per token"),
+    "moe-more-per-token": (
+        {"is_moe": True, "num_experts": 2, "experts_per_token": 4},
+        "2 experts, 4 per token",
+    ),
     "noops": ({"has_noops": True}, "hybrid"),
     "per-layer-shapes": ({"heterogeneous_layers": True}, "per-layer"),
     "encoder-decoder": ({"is_encoder_decoder": True}, "encoder-decoder"),
@@ -117,6 +132,86 @@ def test_kv_bytes_per_token_are_keys_and_values_of_every_layer(
     assert spec.kv_bytes_per_token() == 2 * layers * kv_heads * head * dtype_bytes
     assert spec.cache_bytes(1000) == 1000 * spec.kv_bytes_per_token()
     assert model_from_probe(facts, "m") == spec  # one answer, one spec (the cache identity)
+
+
+PER_LAYER = 2 * 1 * 64 * 4  # K and V, one KV head of 64, float32
+GEMMA2 = GPT2 | {
+    "architecture": "Gemma2ForCausalLM",
+    "model_type": "gemma2",
+    "num_kv_heads": 1,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"],
+}
+
+
+def test_sliding_window_layers_hold_their_window_as_state() -> None:
+    """Gemma-2's interleaving as Gemma-3's (a known family): full layers grow with the
+    prompt, sliding ones hold at most their window."""
+    spec = model_from_probe(GEMMA2, "tiny-gemma2")
+    assert spec.kv_bytes_per_token() == PER_LAYER
+    assert spec.state_bytes(100) == 100 * PER_LAYER
+    assert spec.cache_bytes(1000) == 1000 * PER_LAYER + 128 * PER_LAYER
+
+
+def test_a_window_without_layer_types_is_every_layers_as_vllm_applies_it() -> None:
+    spec = model_from_probe(GEMMA2 | {"layer_types": None}, "m")
+    assert spec.kv_bytes_per_token() == 0
+    assert spec.cache_bytes(1000) == 2 * 128 * PER_LAYER
+
+
+@given(
+    kinds=st.lists(
+        st.sampled_from(["full_attention", "attention", "sliding_attention"]), min_size=1
+    ),
+    window=st.integers(1, 8192),
+    length=st.integers(0, 20_000),
+)
+def test_cache_bytes_count_each_layer_by_its_kind(
+    kinds: list[str], window: int, length: int
+) -> None:
+    facts = GEMMA2 | {
+        "num_layers": len(kinds),
+        "num_attention_layers": len(kinds),
+        "layer_types": kinds,
+        "sliding_window": window,
+    }
+    sliding = kinds.count("sliding_attention")
+    expected = (len(kinds) - sliding) * length + sliding * min(length, window)
+    spec = model_from_probe(facts, "m")
+    assert spec.cache_bytes(length) == expected * PER_LAYER
+    assert spec.num_layers == len(kinds)
+
+
+MIXTRAL = GPT2 | {
+    "architecture": "MixtralForCausalLM",
+    "model_type": "mixtral",
+    "is_moe": True,
+    "num_experts": 8,
+    "experts_per_token": 2,
+}
+
+
+def test_a_mixture_of_experts_keeps_attention_kv_and_counts_its_experts() -> None:
+    dense = model_from_probe(GPT2, "dense")
+    moe = model_from_probe(MIXTRAL, "moe")
+    assert moe.kv_bytes_per_token() == dense.kv_bytes_per_token()
+    assert moe.total_params > moe.active_params > dense.active_params
+
+
+def test_shared_experts_and_dense_layers_are_kept() -> None:
+    """Qwen2-MoE's shape: one shared expert beside the routed ones, a dense first layer."""
+    facts = MIXTRAL | {
+        "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 512,
+        "num_shared_experts": 1,
+        "dense_mlp_layers": 1,
+    }
+    spec = model_from_probe(facts, "m")
+    moe, dense = spec.mlps
+    assert isinstance(moe, MoeMlp) and isinstance(dense, DenseMlp)
+    assert (moe.num_layers, moe.num_experts, moe.experts_per_token) == (1, 8, 2)
+    assert (moe.expert_intermediate_size, moe.shared_intermediate_size) == (64, 512)
+    assert (dense.num_layers, dense.intermediate_size) == (1, 256)
 
 
 @pytest.mark.parametrize("kind", list(REFUSED))
@@ -231,15 +326,30 @@ def test_the_shell_serves_what_the_probe_read(
     assert backend._tokenizer.decode(backend._tokenizer.encode("héllo").ids) == "héllo"
 
 
-def test_the_shell_refuses_what_the_probe_read_with_the_reason(
+def test_a_sliding_window_model_read_by_vllm_is_served_as_a_hybrid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Its windows are state, as Gemma-3's: a request's state and attention groups both cross,
+    and no prefix is moved (a moved window would end where vLLM keeps none: docs/vllm.md)."""
     model_dir = tmp_path / "tiny-gemma2"
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps({"model_type": "gemma2"}))
-    answer = GPT2 | REFUSED["sliding-window"][0] | {"architecture": "Gemma2ForCausalLM"}
+    answer = GEMMA2 | {"tokenizer_json": _byte_tokenizer_json()}
     monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
-    with pytest.raises(BadRequestError, match=r"backend vllm: Gemma2ForCausalLM .*window 128"):
+    backend = _backend(model_dir)
+    assert backend.read_by_vllm and backend.is_hybrid and not backend.moves_prefixes
+    assert backend.info.kv_bytes_per_token == PER_LAYER
+
+
+def test_the_shell_refuses_what_the_probe_read_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_dir = tmp_path / "tiny-llama4"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "llama4_text"}))
+    answer = GPT2 | REFUSED["interleaved-layers"][0] | {"architecture": "Llama4ForCausalLM"}
+    monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
+    with pytest.raises(BadRequestError, match=r"backend vllm: Llama4ForCausalLM .*chunked"):
         _backend(model_dir)
     answer = GPT2 | {"tokenizer_error": "ValueError: needs sentencepiece"}
     monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
@@ -258,3 +368,77 @@ def test_a_known_architecture_does_not_run_the_probe(
     backend = _backend(model_dir)
     assert backend.probed is None and not backend.read_by_vllm
     assert backend.info.peer == identity_for(backend.model, 64, 0)
+
+
+def _layout(**groups: int) -> list[dict[str, Any]]:
+    """{"full": 2, "sliding_128": 1, "state": 3} -> the connector's `cache_layout` entries."""
+    out = []
+    for name, layers in groups.items():
+        kind, _, window = name.partition("_")
+        out.append({"kind": kind, "layers": layers, "window": int(window) if window else None})
+    return out
+
+
+def test_a_layout_vllm_built_as_prfaas_read_passes() -> None:
+    assert layout_mismatch(model_from_probe(GPT2, "m"), _layout(full=2)) is None
+    gemma2 = model_from_probe(GEMMA2, "m")
+    assert layout_mismatch(gemma2, _layout(sliding_128=1, full=1)) is None
+
+
+def test_a_layout_vllm_built_otherwise_is_named_both_ways() -> None:
+    """A config field the two read differently (a window vLLM applies to every layer, say)."""
+    reason = layout_mismatch(model_from_probe(GPT2, "tiny"), _layout(sliding_128=2))
+    assert reason is not None and "\n" not in reason
+    assert "vLLM built 2 sliding window 128 layers for tiny" in reason
+    assert "prfaas read 2 full attention layers" in reason
+    assert layout_mismatch(model_from_probe(GEMMA2, "m"), _layout(sliding_64=1, full=1))
+    chunked = layout_mismatch(model_from_probe(GPT2, "m"), _layout(ChunkedLocalAttentionSpec=2))
+    assert chunked is not None and "ChunkedLocalAttentionSpec" in chunked
+
+
+def test_state_layers_count_by_presence() -> None:
+    """Qwen3-Next's shape: full attention beside Gated DeltaNet state."""
+    spec = model_from_probe(GPT2, "m")
+    deltanet = LinearAttention(
+        num_layers=2,
+        kind=LinearKind.GATED_DELTANET,
+        num_heads=2,
+        num_key_heads=1,
+        key_head_dim=64,
+        value_head_dim=64,
+        conv_kernel=4,
+    )
+    hybrid = dataclasses.replace(
+        spec, mixers=(*spec.mixers, deltanet), mlps=(DenseMlp(num_layers=4, intermediate_size=256),)
+    )
+    assert layout_mismatch(hybrid, _layout(full=2, state=2)) is None
+    assert layout_mismatch(hybrid, [*_layout(full=2, state=1), *_layout(state=1)]) is None
+    assert layout_mismatch(hybrid, _layout(full=2)) is not None
+    assert layout_mismatch(spec, _layout(full=2, state=2)) is not None
+
+
+@given(
+    kinds=st.lists(st.sampled_from(["full_attention", "sliding_attention"]), min_size=1),
+    window=st.integers(1, 8192),
+    cuts=st.lists(st.integers(1, 4), min_size=1, max_size=8),
+)
+def test_any_grouping_of_the_same_layers_passes(
+    kinds: list[str], window: int, cuts: list[int]
+) -> None:
+    """vLLM splits layers of one kind into groups of equal size: only the sums count."""
+    facts = GEMMA2 | {
+        "num_layers": len(kinds),
+        "num_attention_layers": len(kinds),
+        "layer_types": kinds,
+        "sliding_window": window,
+    }
+    layout = []
+    for kind, name in (("full", "full_attention"), ("sliding", "sliding_attention")):
+        left, i = kinds.count(name), 0
+        while left:
+            n = min(left, cuts[i % len(cuts)])
+            layout.append(
+                {"kind": kind, "layers": n, "window": window if kind == "sliding" else None}
+            )
+            left, i = left - n, i + 1
+    assert layout_mismatch(model_from_probe(facts, "m"), layout) is None

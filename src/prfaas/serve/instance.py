@@ -152,6 +152,7 @@ class InstanceRuntime:
     sink: ArraySink | None = None
     arrivals: dict[str, asyncio.Future[int]] = field(default_factory=dict)
     activity: Activity = field(default_factory=Activity)
+    startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 
     def arrival(self, request_id: str) -> asyncio.Future[int]:
         fut = self.arrivals.get(request_id)
@@ -510,7 +511,11 @@ def _error(err: ServeError) -> JSONResponse:
 def build_app(rt: InstanceRuntime) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        rt.worker.start()
+        try:
+            rt.worker.start()
+        except ServeError as err:
+            rt.startup_error = err
+            raise
         await _start_transfer(rt)
         pump = asyncio.create_task(_pump_arrivals(rt)) if rt.receiver else None
         try:
@@ -631,4 +636,7 @@ def serve_instance(deployment: Deployment, name: str) -> None:
     config = uvicorn.Config(
         build_app(rt), host=rt.spec.host, port=rt.spec.http_port, log_level="warning"
     )
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started and rt.startup_error is not None:
+        raise rt.startup_error  # uvicorn logged it and returned: the exit status says it

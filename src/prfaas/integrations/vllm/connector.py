@@ -72,7 +72,14 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     SupportsHMA,
 )
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
-from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+from vllm.v1.kv_cache_interface import (
+    AttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+)
 
 from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.transfer import PeerAddress, SliceKey
@@ -146,6 +153,31 @@ def _state_block(block_ids: list[int], block_tokens: int, num_tokens: int) -> in
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def cache_layout(groups: list[Any]) -> list[dict[str, Any]]:
+    """vLLM's KV cache groups, a kind, a layer count and a window each: the instance shell
+    checks them against the ModelSpec it sized the router's KV with
+    (`serve.backends.vllm_arch.layout_mismatch`). The kind is the spec class vLLM built the
+    model's layers with, so a config field vLLM reads differently from prfaas shows here."""
+    layout = []
+    for group in groups:
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):  # one kind, per-layer shapes
+            spec = next(iter(spec.kv_cache_specs.values()))
+        if isinstance(spec, MambaSpec):
+            kind = "state"
+        elif isinstance(spec, MLAAttentionSpec):
+            kind = "mla"
+        elif isinstance(spec, SlidingWindowSpec):
+            kind = "sliding"
+        elif type(spec) is FullAttentionSpec:
+            kind = "full"
+        else:
+            kind = type(spec).__name__
+        window = getattr(spec, "sliding_window", None) if kind == "sliding" else None
+        layout.append({"kind": kind, "layers": len(group.layer_names), "window": window})
+    return layout
 
 
 class PrfaasConnector(KVConnectorBase_V1, SupportsHMA):
@@ -389,6 +421,7 @@ class _Worker:
                 sink_bytes=settings.sink_mib * 2**20,
                 status_path=settings.status_path,
                 staged_ttl_s=settings.staged_ttl_s,
+                cache_layout=cache_layout(groups),
             ),
             settings.peer_identity(
                 vllm_config.model_config.model, groups[0].kv_cache_spec.block_size

@@ -19,10 +19,15 @@ Fields (every one always present; `error` only when vLLM refused the directory):
     architecture, model_type, dtype ("float32"...), dtype_bytes, kv_cache_dtype ("auto" is
     the model dtype), kv_dtype_bytes, runner,
     is_hybrid, is_attention_free, has_noops, use_mla, is_moe, is_multimodal,
-    is_encoder_decoder, num_layers, num_attention_layers, sliding_window, layer_types,
+    is_encoder_decoder, num_layers, num_attention_layers, sliding_window, rswa_window, layer_types,
     heterogeneous_layers, num_attention_heads, num_kv_heads, head_size, hidden_size,
-    vocab_size, intermediate_size, tie_word_embeddings, tokenizer_json, tokenizer_error,
-    seconds
+    vocab_size, intermediate_size, tie_word_embeddings, num_experts, experts_per_token,
+    moe_intermediate_size, shared_expert_intermediate_size, num_shared_experts,
+    dense_mlp_layers, tokenizer_json, tokenizer_error, seconds
+
+The expert counts are vLLM's (`get_num_experts`, `get_num_experts_per_tok`); the expert and
+shared-expert widths and the dense layers of a mixture of experts are read from the config
+names transformers' MoE families use (`moe_fields`), for compute estimates only.
 """
 
 from __future__ import annotations
@@ -39,6 +44,34 @@ from typing import Any
 #: hf config names of the feed-forward width, in the order transformers' configs use them
 #: (GPT-2 `n_inner`, OPT `ffn_dim`); None means 4 x hidden (GPT-2's default).
 INTERMEDIATE_KEYS = ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+#: an expert's width where it differs from `intermediate_size` (Qwen2-MoE, DeepSeek)
+EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "expert_intermediate_size")
+SHARED_COUNT_KEYS = ("n_shared_experts", "num_shared_experts")
+
+
+def _first(config: Any, keys: tuple[str, ...]) -> Any:
+    return next((getattr(config, key) for key in keys if getattr(config, key, None)), None)
+
+
+def moe_fields(text: Any, layers: int, intermediate: int) -> dict[str, Any]:
+    """A mixture of experts' widths and its dense layers, by transformers' config names:
+    `moe_intermediate_size` (else `intermediate_size`) per expert; one shared expert of
+    `shared_expert_intermediate_size` (Qwen2-MoE) or `n_shared_experts` of the expert width
+    (DeepSeek style); dense layers from `mlp_only_layers`, `first_k_dense_replace` and
+    `decoder_sparse_step` (a layer i is sparse when (i + 1) % step == 0)."""
+    expert = int(_first(text, EXPERT_WIDTH_KEYS) or intermediate)
+    shared = int(getattr(text, "shared_expert_intermediate_size", 0) or 0)
+    shared_count = 1 if shared else int(_first(text, SHARED_COUNT_KEYS) or 0)
+    dense = set(getattr(text, "mlp_only_layers", None) or ())
+    dense |= set(range(int(getattr(text, "first_k_dense_replace", 0) or 0)))
+    step = int(getattr(text, "decoder_sparse_step", 1) or 1)
+    dense |= {i for i in range(layers) if (i + 1) % step}
+    return {
+        "moe_intermediate_size": expert,
+        "shared_expert_intermediate_size": shared or (expert if shared_count else 0),
+        "num_shared_experts": shared_count,
+        "dense_mlp_layers": len({i for i in dense if 0 <= i < layers}),
+    }
 
 
 def model_facts(model_dir: str, dtype: str, engine_flags: list[str]) -> dict[str, Any]:
@@ -57,9 +90,8 @@ def model_facts(model_dir: str, dtype: str, engine_flags: list[str]) -> dict[str
     parallel = ParallelConfig()
     text = config.hf_text_config
     hidden = config.get_hidden_size()
-    intermediate = next(
-        (getattr(text, key) for key in INTERMEDIATE_KEYS if getattr(text, key, None)), None
-    )
+    intermediate = int(_first(text, INTERMEDIATE_KEYS) or 4 * hidden)
+    layers = config.get_total_num_hidden_layers()
     layer_types = getattr(text, "layer_types", None)
     try:
         attention_layers: int | None = config.get_num_layers_by_block_type(parallel, "attention")
@@ -80,9 +112,10 @@ def model_facts(model_dir: str, dtype: str, engine_flags: list[str]) -> dict[str
         "is_moe": bool(config.is_moe),
         "is_multimodal": bool(config.is_multimodal_model),
         "is_encoder_decoder": bool(config.is_encoder_decoder),
-        "num_layers": config.get_total_num_hidden_layers(),
+        "num_layers": layers,
         "num_attention_layers": attention_layers,
-        "sliding_window": config.get_sliding_window() or config.rswa_window,
+        "sliding_window": config.get_sliding_window(),
+        "rswa_window": config.rswa_window,
         "layer_types": list(layer_types) if layer_types else None,
         "heterogeneous_layers": bool(config.model_arch_config.per_layer_overrides),
         "num_attention_heads": config.model_arch_config.total_num_attention_heads,
@@ -90,8 +123,11 @@ def model_facts(model_dir: str, dtype: str, engine_flags: list[str]) -> dict[str
         "head_size": config.get_head_size(),
         "hidden_size": hidden,
         "vocab_size": config.get_vocab_size(),
-        "intermediate_size": int(intermediate) if intermediate else 4 * hidden,
+        "intermediate_size": intermediate,
         "tie_word_embeddings": bool(getattr(text, "tie_word_embeddings", False)),
+        "num_experts": config.get_num_experts(),
+        "experts_per_token": config.get_num_experts_per_tok(),
+        **moe_fields(text, layers, intermediate),
     }
 
 

@@ -5,6 +5,8 @@
     python -m prfaas.integrations.vllm.tiny gemma3 DIR       # float32, sliding window + full
     python -m prfaas.integrations.vllm.tiny lfm2 DIR         # float32, short conv + full
     python -m prfaas.integrations.vllm.tiny gpt2 DIR         # float32, slow tokenizer only
+    python -m prfaas.integrations.vllm.tiny gemma2 DIR       # float32, sliding window + full
+    python -m prfaas.integrations.vllm.tiny mixtral-swa DIR  # float32, experts, all sliding
 
 Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
 directory built twice holds the same bytes. Constraints measured on this host
@@ -13,7 +15,8 @@ bf16 and linear key/value head dims 64. The tokenizer is byte level (one token p
 `<bos>` first), saved beside the weights so `vllm serve` and clients load it offline. The GPT-2
 preset is an architecture prfaas's config reader does not know (`specs/hf_config.py`), with
 only a slow tokenizer's files (`vocab.json`, `merges.txt`, no `tokenizer.json`): the same
-bytes as tokens, no `<bos>`, `<|endoftext|>` as its one special token.
+bytes as tokens, no `<bos>`, `<|endoftext|>` as its one special token. Gemma-2 and Mixtral are
+unknown to the reader too: their sliding windows and experts come from vLLM's answer.
 """
 
 from __future__ import annotations
@@ -132,12 +135,41 @@ LFM2: dict[str, Any] = {
     "initializer_range": INITIALIZER_RANGE,
 }
 
+#: Sliding-window (window 128) and full attention, 1 : 1, listed in `layer_types`.
+GEMMA2: dict[str, Any] = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "model_type": "gemma2",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "max_position_embeddings": 4096,
+    "initializer_range": INITIALIZER_RANGE,
+}
+
+#: Four experts, two per token; a window and no `layer_types`: vLLM slides every layer.
+MIXTRAL_SWA: dict[str, Any] = {
+    **LLAMA,
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "sliding_window": 128,
+}
+
 PRESETS = {
     "llama": (LLAMA, "float32"),
     "qwen3-next": (QWEN3_NEXT, "bfloat16"),
     "gpt2": (GPT2, "float32"),
     "gemma3": (GEMMA3, "float32"),
     "lfm2": (LFM2, "float32"),
+    "gemma2": (GEMMA2, "float32"),
+    "mixtral-swa": (MIXTRAL_SWA, "float32"),
 }
 #: Presets whose directory holds a slow tokenizer's files instead of `tokenizer.json`.
 SLOW_TOKENIZER = {"gpt2"}

@@ -96,6 +96,7 @@ class IoSettings:
     status_interval_s: float = 0.5
     num_connections: int = 2
     timings: list[TransferTiming] = field(default_factory=list)
+    cache_layout: list[dict[str, Any]] = field(default_factory=list)  # reported as it is
 
 
 class TransferIO:
@@ -332,6 +333,7 @@ class TransferIO:
             "sink_total_pages": self.sink.num_pages,
             "sending": sum(1 for o in self._outgoing.values() if not o.done),
             "transfers": [asdict(t) for t in self._timings],
+            "cache_layout": self._settings.cache_layout,
         }
 
     async def _write_status(self) -> None:

@@ -53,7 +53,7 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
-from prfaas.serve.backends.vllm_arch import model_from_probe, run_probe
+from prfaas.serve.backends.vllm_arch import layout_mismatch, model_from_probe, run_probe
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
@@ -79,6 +79,7 @@ from prfaas.transfer.config import SECRET_ENV_VAR
 MAX_EVENT_LOG = 200_000
 METRICS_INTERVAL_S = 0.5
 STOP_GRACE_S = 10.0
+LAYOUT_TIMEOUT_S = 30.0  # the connector's status file, once vLLM answers /health
 CHILD_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "VLLM_HOST_IP": "127.0.0.1",
@@ -272,6 +273,10 @@ class VllmBackend:
             raise InstanceFailedError(
                 f"vllm serve did not answer within {self._settings.start_timeout_s:.0f} s"
             )
+        mismatch = layout_mismatch(self.model, self._cache_layout())
+        if mismatch is not None:
+            self.stop()
+            raise BadRequestError(f"backend vllm: {mismatch}")
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
         self._tasks = [asyncio.get_running_loop().create_task(self._watch())]
 
@@ -479,6 +484,18 @@ class VllmBackend:
     def link_signals(self) -> list[LinkSignals]:
         """The connector's sender telemetry (its status file, refreshed every 0.5 s)."""
         return [LinkSignals(**link) for link in self.connector_status().get("links", [])]
+
+    def _cache_layout(self) -> list[dict[str, Any]]:
+        """The KV cache groups the connector reports (its worker writes the status file
+        every 0.5 s from before vLLM answers /health)."""
+        deadline = time.monotonic() + LAYOUT_TIMEOUT_S
+        while time.monotonic() < deadline:
+            layout = self.connector_status().get("cache_layout")
+            if layout:
+                return list(layout)
+            time.sleep(0.2)
+        self.stop()
+        raise InstanceFailedError(f"the connector reported no cache layout in {LAYOUT_TIMEOUT_S} s")
 
     def connector_status(self) -> dict[str, Any]:
         with contextlib.suppress(OSError, ValueError):

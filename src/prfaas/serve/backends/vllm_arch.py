@@ -5,24 +5,39 @@ granite, ...). For a directory the reader refuses, the instance shell asks vLLM 
 `prfaas.integrations.vllm.probe` in the vLLM venv (this venv has neither vLLM nor transformers:
 DESIGN.md walls), which answers with vLLM's `ModelConfig` facts and, when the directory has no
 `tokenizer.json`, the fast tokenizer transformers converts for vLLM. `model_from_probe` turns
-that answer into a ModelSpec when prfaas can serve it exactly as it serves llama: every layer
-full attention (GqaAttention, KV in vLLM's KV cache dtype) with a dense MLP. Anything else
-vLLM reports (hybrid, attention-free, sliding-window or mixed layers, MLA, MoE, per-layer
-shapes, scaled or packed KV dtypes, encoder-decoder, multimodal, pooling) is refused with one
-line naming the architecture and what prfaas would need, since the router's KV bytes, the
-cache identity and the connector's layout would otherwise be guesses.
+that answer into a ModelSpec when every layer is attention whose cache vLLM holds as prfaas's
+known families' caches are held: full attention (GqaAttention) and sliding-window attention
+(SlidingWindowAttention, as Gemma-3's; vLLM's `layer_types`, or every layer when the config
+has a window and no `layer_types`, which is how vLLM applies it), KV in vLLM's KV cache
+dtype, over dense or mixture-of-experts MLPs (the MLPs only size compute estimates: their
+widths come from the usual config names, `probe.moe_fields`). Anything else vLLM reports
+(hybrid, attention-free, other layer kinds, MLA, per-layer shapes, scaled or packed KV
+dtypes, encoder-decoder, multimodal, pooling) is refused with one line naming the
+architecture and what prfaas would need, since the router's KV bytes, the cache identity and
+the connector's layout would otherwise be guesses.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from prfaas.specs.errors import UnsupportedConfigError
-from prfaas.specs.model import DenseMlp, GqaAttention, ModelSpec
+from prfaas.specs.model import (
+    DenseMlp,
+    GqaAttention,
+    LinearAttention,
+    MixerGroup,
+    MlaAttention,
+    MlpGroup,
+    ModelSpec,
+    MoeMlp,
+    SlidingWindowAttention,
+)
 
 PROBE_MODULE = "prfaas.integrations.vllm.probe"
 PROBE_TIMEOUT_S = 600.0  # 7-15 s measured on 2 shared cores; vLLM's import is ~5 s of it
@@ -30,6 +45,10 @@ PROBE_TIMEOUT_S = 600.0  # 7-15 s measured on 2 shared cores; vLLM's import is ~
 READER = "a family in prfaas.specs.hf_config.FAMILIES"
 #: `layer_types` entries vLLM treats as full attention (granite's hybrid config says "attention")
 FULL_ATTENTION = ("full_attention", "attention")
+#: the `layer_types` entry vLLM's models give the config's `sliding_window`
+SLIDING_ATTENTION = "sliding_attention"
+#: how `layout_mismatch` names layers that hold a fixed-size state
+STATE = "linear/SSM state"
 #: KV cache dtypes (vLLM's `--kv-cache-dtype`, "auto": the model's) whose cache is plain
 #: elements, so a token's KV is heads x head size x the element's bytes; the others (per-token
 #: or per-head scales, packed 4-bit) lay out bytes prfaas does not count
@@ -73,8 +92,8 @@ def run_probe(
 
 
 def refusal(facts: dict[str, Any]) -> str | None:
-    """Why prfaas cannot serve the model vLLM described, or None when every layer is full
-    attention over a dense MLP (the llama shape)."""
+    """Why prfaas cannot serve the model vLLM described, or None when every layer is full or
+    sliding-window attention."""
     return next(_reasons(facts), None)
 
 
@@ -82,7 +101,6 @@ def _reasons(facts: dict[str, Any]) -> Iterator[str]:
     """Every reason to refuse, most fundamental first."""
     arch = f"{facts['architecture']} (model_type {facts['model_type']!r})"
     layers = int(facts["num_layers"])
-    layer_types = facts.get("layer_types") or []
     if facts["runner"] != "generate":
         yield f"vLLM runs {arch} as a {facts['runner']} model; prfaas serves text generation"
     if facts["is_encoder_decoder"]:
@@ -103,13 +121,7 @@ def _reasons(facts: dict[str, Any]) -> Iterator[str]:
         )
     if facts["use_mla"]:
         yield f"{arch} uses MLA; prfaas would need its latent KV layout ({READER})"
-    if facts["sliding_window"] or any(t not in FULL_ATTENTION for t in layer_types):
-        kinds = "/".join(sorted(set(layer_types)) or ["sliding_attention"])
-        window = f" (window {facts['sliding_window']})" if facts["sliding_window"] else ""
-        yield (
-            f"{arch} has {kinds} layers{window}; prfaas would need each layer kind's cache "
-            f"({READER})"
-        )
+    yield from _layer_kind_reasons(facts, arch)
     if facts["heterogeneous_layers"]:
         yield f"{arch} has per-layer head shapes; prfaas would need each layer's ({READER})"
     if facts["num_attention_layers"] != layers:
@@ -117,8 +129,12 @@ def _reasons(facts: dict[str, Any]) -> Iterator[str]:
             f"vLLM counts {facts['num_attention_layers']} attention layers of {layers} in "
             f"{arch}; prfaas serves models with attention on every layer"
         )
-    if facts["is_moe"]:
-        yield f"{arch} is a mixture of experts; prfaas would need its expert layout ({READER})"
+    experts, per_token = facts["num_experts"], facts["experts_per_token"]
+    if facts["is_moe"] and not 0 < per_token <= experts:
+        yield (
+            f"vLLM reads {experts} experts, {per_token} per token, from {arch}; prfaas would "
+            f"need its expert layout ({READER})"
+        )
     if facts["kv_cache_dtype"] not in PLAIN_KV_DTYPES:
         yield (
             f"{arch} with KV cache dtype {facts['kv_cache_dtype']}: prfaas counts KV of plain "
@@ -128,31 +144,129 @@ def _reasons(facts: dict[str, Any]) -> Iterator[str]:
         yield f"vLLM reports no attention heads for {arch}"
 
 
+def _layer_kind_reasons(facts: dict[str, Any], arch: str) -> Iterator[str]:
+    layers = int(facts["num_layers"])
+    layer_types = facts.get("layer_types") or []
+    other = sorted(set(layer_types) - {*FULL_ATTENTION, SLIDING_ATTENTION})
+    if other:
+        yield (
+            f"{arch} has {'/'.join(other)} layers; prfaas would need that layer kind's cache "
+            f"({READER})"
+        )
+    elif layer_types and len(layer_types) != layers:
+        yield f"{arch} lists {len(layer_types)} layer_types for {layers} layers"
+    elif SLIDING_ATTENTION in layer_types and not facts["sliding_window"]:
+        yield f"{arch} has sliding_attention layers and no sliding_window"
+    if facts["rswa_window"]:
+        yield f"{arch} has a reverse sliding window; prfaas would need its cache ({READER})"
+
+
 def model_from_probe(facts: dict[str, Any], name: str) -> ModelSpec:
-    """The ModelSpec of a full-attention dense model vLLM described (`refusal` is None):
-    KV bytes per token = 2 x layers x KV heads x head size x the bytes of vLLM's KV cache
-    dtype (its model dtype unless `--kv-cache-dtype` says otherwise)."""
+    """The ModelSpec of a model vLLM described (`refusal` is None). A full-attention layer
+    adds 2 x KV heads x head size x the bytes of vLLM's KV cache dtype (its model dtype unless
+    `--kv-cache-dtype` says otherwise) per token; a sliding-window layer holds at most its
+    window of such tokens (state, as for Gemma-3)."""
     reason = refusal(facts)
     if reason is not None:
         raise UnsupportedConfigError(reason)
-    layers = int(facts["num_layers"])
     try:
         return ModelSpec(
             name=name,
             hidden_size=int(facts["hidden_size"]),
             vocab_size=int(facts["vocab_size"]),
-            mixers=(
-                GqaAttention(
-                    num_layers=layers,
-                    num_q_heads=int(facts["num_attention_heads"]),
-                    num_kv_heads=int(facts["num_kv_heads"]),
-                    head_dim=int(facts["head_size"]),
-                    kv_dtype_bytes=int(facts["kv_dtype_bytes"]),
-                ),
-            ),
-            mlps=(DenseMlp(num_layers=layers, intermediate_size=int(facts["intermediate_size"])),),
+            mixers=_mixers(facts),
+            mlps=_mlps(facts),
             tie_word_embeddings=bool(facts["tie_word_embeddings"]),
             weight_dtype_bytes=int(facts["dtype_bytes"]),
         )
     except ValueError as err:
         raise UnsupportedConfigError(f"{facts['architecture']}: {err}") from None
+
+
+def _mixers(facts: dict[str, Any]) -> tuple[MixerGroup, ...]:
+    """Full-attention layers, then sliding-window ones. Without `layer_types`, vLLM gives a
+    config's `sliding_window` to every layer (its CacheConfig.sliding_window)."""
+    layers = int(facts["num_layers"])
+    window = int(facts["sliding_window"] or 0)
+    layer_types = facts.get("layer_types") or []
+    sliding = layer_types.count(SLIDING_ATTENTION) if layer_types else (layers if window else 0)
+    heads = {
+        "num_q_heads": int(facts["num_attention_heads"]),
+        "num_kv_heads": int(facts["num_kv_heads"]),
+        "head_dim": int(facts["head_size"]),
+        "kv_dtype_bytes": int(facts["kv_dtype_bytes"]),
+    }
+    groups: list[MixerGroup] = []
+    if layers > sliding:
+        groups.append(GqaAttention(num_layers=layers - sliding, **heads))
+    if sliding:
+        groups.append(SlidingWindowAttention(num_layers=sliding, window_tokens=window, **heads))
+    return tuple(groups)
+
+
+def _mlps(facts: dict[str, Any]) -> tuple[MlpGroup, ...]:
+    """Dense MLPs, or experts on every layer but the config's dense ones."""
+    layers = int(facts["num_layers"])
+    dense_width = int(facts["intermediate_size"])
+    if not facts["is_moe"]:
+        return (DenseMlp(num_layers=layers, intermediate_size=dense_width),)
+    dense = min(int(facts["dense_mlp_layers"]), layers)
+    groups: list[MlpGroup] = []
+    if layers > dense:
+        shared = int(facts["num_shared_experts"])
+        groups.append(
+            MoeMlp(
+                num_layers=layers - dense,
+                num_experts=int(facts["num_experts"]),
+                experts_per_token=int(facts["experts_per_token"]),
+                expert_intermediate_size=int(facts["moe_intermediate_size"]),
+                num_shared_experts=shared,
+                shared_intermediate_size=int(facts["shared_expert_intermediate_size"]),
+            )
+        )
+    if dense:
+        groups.append(DenseMlp(num_layers=dense, intermediate_size=dense_width))
+    return tuple(groups)
+
+
+def layout_mismatch(model: ModelSpec, layout: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why the KV cache groups vLLM built (the connector's `cache_layout`) are not the layers
+    `model` sized the router's KV with, or None. Attention layers are counted by kind and
+    window; linear/SSM state only by its presence (a parallel hybrid's state layers are
+    grouped as vLLM's model code builds them, not as its config counts them)."""
+    read: Counter[str] = Counter()
+    for mixer in model.mixers:
+        read[_mixer_kind(mixer)] += mixer.num_layers
+    held: Counter[str] = Counter()
+    for group in layout:
+        window = group.get("window")
+        kind = {"full": "full attention", "mla": "MLA", "state": STATE}.get(group["kind"])
+        held[kind or (f"sliding window {window}" if window else str(group["kind"]))] += int(
+            group["layers"]
+        )
+    for counts in (read, held):
+        if counts[STATE]:
+            counts[STATE] = 1
+    if read == held:
+        return None
+    return (
+        f"vLLM built {_describe(held)} for {model.name}, where prfaas read {_describe(read)}; "
+        "the router's KV sizes and prefix moves would be wrong"
+    )
+
+
+def _mixer_kind(mixer: MixerGroup) -> str:
+    if isinstance(mixer, GqaAttention):
+        return "full attention"
+    if isinstance(mixer, SlidingWindowAttention):
+        return f"sliding window {mixer.window_tokens}"
+    if isinstance(mixer, MlaAttention):
+        return "MLA"
+    assert isinstance(mixer, LinearAttention)
+    return STATE
+
+
+def _describe(counts: Counter[str]) -> str:
+    return ", ".join(
+        kind if kind == STATE else f"{n} {kind} layers" for kind, n in sorted(counts.items())
+    )
