@@ -636,7 +636,9 @@ def serve_instance(deployment: Deployment, name: str) -> None:
     config = uvicorn.Config(
         build_app(rt), host=rt.spec.host, port=rt.spec.http_port, log_level="warning"
     )
-    server = uvicorn.Server(config)
-    server.run()
-    if not server.started and rt.startup_error is not None:
-        raise rt.startup_error  # uvicorn logged it and returned: the exit status says it
+    try:
+        uvicorn.Server(config).run()
+    except SystemExit:  # uvicorn's exit on a failed start-up, after logging the traceback
+        if rt.startup_error is not None:
+            raise rt.startup_error from None  # the CLI's one line and status 2
+        raise
