@@ -144,6 +144,12 @@ GEMMA2 = GPT2 | {
 }
 
 
+def _listed(kinds: list[str], window: int) -> dict[str, Any]:
+    """GEMMA2's answer with these `layer_types` and window."""
+    layers = {"num_layers": len(kinds), "num_attention_layers": len(kinds)}
+    return GEMMA2 | layers | {"layer_types": kinds, "sliding_window": window}
+
+
 def test_sliding_window_layers_hold_their_window_as_state() -> None:
     """Gemma-2's interleaving as Gemma-3's (a known family): full layers grow with the
     prompt, sliding ones hold at most their window."""
@@ -169,15 +175,9 @@ def test_a_window_without_layer_types_is_every_layers_as_vllm_applies_it() -> No
 def test_cache_bytes_count_each_layer_by_its_kind(
     kinds: list[str], window: int, length: int
 ) -> None:
-    facts = GEMMA2 | {
-        "num_layers": len(kinds),
-        "num_attention_layers": len(kinds),
-        "layer_types": kinds,
-        "sliding_window": window,
-    }
     sliding = kinds.count("sliding_attention")
     expected = (len(kinds) - sliding) * length + sliding * min(length, window)
-    spec = model_from_probe(facts, "m")
+    spec = model_from_probe(_listed(kinds, window), "m")
     assert spec.cache_bytes(length) == expected * PER_LAYER
     assert spec.num_layers == len(kinds)
 
@@ -426,12 +426,6 @@ def test_any_grouping_of_the_same_layers_passes(
     kinds: list[str], window: int, cuts: list[int]
 ) -> None:
     """vLLM splits layers of one kind into groups of equal size: only the sums count."""
-    facts = GEMMA2 | {
-        "num_layers": len(kinds),
-        "num_attention_layers": len(kinds),
-        "layer_types": kinds,
-        "sliding_window": window,
-    }
     layout = []
     for kind, name in (("full", "full_attention"), ("sliding", "sliding_attention")):
         left, i = kinds.count(name), 0
@@ -441,4 +435,4 @@ def test_any_grouping_of_the_same_layers_passes(
                 {"kind": kind, "layers": n, "window": window if kind == "sliding" else None}
             )
             left, i = left - n, i + 1
-    assert layout_mismatch(model_from_probe(facts, "m"), layout) is None
+    assert layout_mismatch(model_from_probe(_listed(kinds, window), "m"), layout) is None

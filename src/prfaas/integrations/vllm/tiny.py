@@ -7,6 +7,7 @@
     python -m prfaas.integrations.vllm.tiny gpt2 DIR         # float32, slow tokenizer only
     python -m prfaas.integrations.vllm.tiny gemma2 DIR       # float32, sliding window + full
     python -m prfaas.integrations.vllm.tiny mixtral-swa DIR  # float32, experts, all sliding
+    python -m prfaas.integrations.vllm.tiny --fields F DIR   # float32, F: config.json fields
 
 Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
 directory built twice holds the same bytes. Constraints measured on this host
@@ -235,13 +236,18 @@ def save_slow_byte_tokenizer(out: Path) -> None:
 
 def build(preset: str, out: Path) -> Path:
     """Write preset `preset` (random weights, seed 0) and its tokenizer into `out`."""
+    fields, dtype = PRESETS[preset]
+    return build_from_fields(fields, dtype, out, slow=preset in SLOW_TOKENIZER)
+
+
+def build_from_fields(fields: dict[str, Any], dtype: str, out: Path, *, slow: bool = False) -> Path:
+    """Write a checkpoint of any architecture transformers builds from `fields` (a
+    config.json's fields, `architectures` included; seed 0) and the byte tokenizer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields, dtype = PRESETS[preset]
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
-    slow = preset in SLOW_TOKENIZER
     specials = (
         {"bos_token_id": 0, "eos_token_id": 0}
         if slow
@@ -267,8 +273,14 @@ def build(preset: str, out: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--fields":  # a config.json's fields, float32
+        build_from_fields(json.loads(Path(argv[1]).read_text()), "float32", Path(argv[2]))
+        return 0
     if len(argv) != 2 or argv[0] not in PRESETS:
-        print(f"usage: python -m prfaas.integrations.vllm.tiny {{{','.join(PRESETS)}}} DIR")
+        print(
+            f"usage: python -m prfaas.integrations.vllm.tiny {{{','.join(PRESETS)}}} DIR\n"
+            "       python -m prfaas.integrations.vllm.tiny --fields FIELDS.json DIR"
+        )
         return 2
     build(argv[0], Path(argv[1]))
     return 0
