@@ -190,18 +190,22 @@ def _mixers(facts: dict[str, Any]) -> tuple[MixerGroup, ...]:
     window = int(facts["sliding_window"] or 0)
     layer_types = facts.get("layer_types") or []
     sliding = layer_types.count(SLIDING_ATTENTION) if layer_types else (layers if window else 0)
-    heads = {
-        "num_q_heads": int(facts["num_attention_heads"]),
-        "num_kv_heads": int(facts["num_kv_heads"]),
-        "head_dim": int(facts["head_size"]),
-        "kv_dtype_bytes": int(facts["kv_dtype_bytes"]),
-    }
-    groups: list[MixerGroup] = []
-    if layers > sliding:
-        groups.append(GqaAttention(num_layers=layers - sliding, **heads))
-    if sliding:
-        groups.append(SlidingWindowAttention(num_layers=sliding, window_tokens=window, **heads))
-    return tuple(groups)
+    full = GqaAttention(
+        num_layers=layers - sliding,
+        num_q_heads=int(facts["num_attention_heads"]),
+        num_kv_heads=int(facts["num_kv_heads"]),
+        head_dim=int(facts["head_size"]),
+        kv_dtype_bytes=int(facts["kv_dtype_bytes"]),
+    )
+    windowed = SlidingWindowAttention(
+        num_layers=sliding,
+        window_tokens=window,
+        num_q_heads=full.num_q_heads,
+        num_kv_heads=full.num_kv_heads,
+        head_dim=full.head_dim,
+        kv_dtype_bytes=full.kv_dtype_bytes,
+    )
+    return tuple(group for group in (full, windowed) if group.num_layers)
 
 
 def _mlps(facts: dict[str, Any]) -> tuple[MlpGroup, ...]:
