@@ -66,16 +66,23 @@ FAMILIES: dict[str, dict[str, Any]] = {
         mlp_only_layers=[],
     ),
     "phi3": _family("Phi3ForCausalLM", "phi3", sliding_window=None),
-    "gemma": _family("GemmaForCausalLM", "gemma"),
+    # Gemma ties its embeddings (vLLM's Gemma loads no separate lm_head)
+    "gemma": _family("GemmaForCausalLM", "gemma", tie_word_embeddings=True),
     "gemma2": _family(
         "Gemma2ForCausalLM",
         "gemma2",
+        tie_word_embeddings=True,
         sliding_window=128,
         layer_types=["sliding_attention", "full_attention"],
     ),
     "olmo2": _family("Olmo2ForCausalLM", "olmo2"),
     "granite": _family("GraniteForCausalLM", "granite"),
-    "gpt-neox": _family("GPTNeoXForCausalLM", "gpt_neox"),
+    # multi-head attention: a GPT-NeoX config names no KV head count (nor a head dim)
+    "gpt-neox": {
+        k: v
+        for k, v in _family("GPTNeoXForCausalLM", "gpt_neox").items()
+        if k not in ("num_key_value_heads", "head_dim")
+    },
     "mixtral": _family("MixtralForCausalLM", "mixtral", **_EXPERTS),
     "mamba": {
         "architectures": ["MambaForCausalLM"],
@@ -215,7 +222,7 @@ def compare(name: str, root: Path) -> dict[str, Any]:
 
 
 def _all_equal(result: dict[str, Any]) -> bool:
-    checks = [result.get("chat_equal")]
+    checks = [result.get("chat_equal"), "error" not in result]
     checks += [
         result.get(k, {}).get(f) for k in ("short", "long") for f in ("text_equal", "stream_equal")
     ]
@@ -235,7 +242,12 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="prfaas-families-") as tmp:
         for name in names:
-            result = compare(name, Path(tmp))
+            try:
+                result = compare(name, Path(tmp))
+            except (httpx.HTTPError, KeyError, ValueError) as err:  # recorded, not fatal
+                log = Path(tmp) / f"{name}-up.log"
+                tail = log.read_text()[-600:] if log.exists() else ""
+                result = {"family": name, "served": True, "error": repr(err), "log": tail}
             results.append(result)
             print(json.dumps(result), flush=True)
     served = [r for r in results if r["served"]]

@@ -370,28 +370,35 @@ def test_a_known_architecture_does_not_run_the_probe(
     assert backend.info.peer == identity_for(backend.model, 64, 0)
 
 
-def _layout(**groups: int) -> list[dict[str, Any]]:
-    """{"full": 2, "sliding_128": 1, "state": 3} -> the connector's `cache_layout` entries."""
+def _layout(kv_heads: int = 2, **groups: int) -> list[dict[str, Any]]:
+    """{"full": 2, "sliding_128": 1, "state": 3} -> the connector's `cache_layout` entries
+    (attention of `kv_heads` KV heads of 64)."""
     out = []
     for name, layers in groups.items():
         kind, _, window = name.partition("_")
-        out.append({"kind": kind, "layers": layers, "window": int(window) if window else None})
+        entry = {"kind": kind, "layers": layers, "window": int(window) if window else None}
+        if kind in ("full", "sliding"):
+            entry |= {"kv_heads": kv_heads, "head_size": 64}
+        out.append(entry)
     return out
 
 
 def test_a_layout_vllm_built_as_prfaas_read_passes() -> None:
     assert layout_mismatch(model_from_probe(GPT2, "m"), _layout(full=2)) is None
     gemma2 = model_from_probe(GEMMA2, "m")
-    assert layout_mismatch(gemma2, _layout(sliding_128=1, full=1)) is None
+    assert layout_mismatch(gemma2, _layout(kv_heads=1, sliding_128=1, full=1)) is None
 
 
 def test_a_layout_vllm_built_otherwise_is_named_both_ways() -> None:
     """A config field the two read differently (a window vLLM applies to every layer, say)."""
     reason = layout_mismatch(model_from_probe(GPT2, "tiny"), _layout(sliding_128=2))
     assert reason is not None and "\n" not in reason
-    assert "vLLM built 2 sliding window 128 layers for tiny" in reason
-    assert "prfaas read 2 full attention layers" in reason
-    assert layout_mismatch(model_from_probe(GEMMA2, "m"), _layout(sliding_64=1, full=1))
+    assert "vLLM built layers of 2 x sliding window 128 (2 KV heads x 64) for tiny" in reason
+    assert "prfaas read 2 x full attention (2 KV heads x 64)" in reason
+    assert layout_mismatch(model_from_probe(GEMMA2, "m"), _layout(kv_heads=1, sliding_64=1, full=1))
+    # a KV head count the config states and the model class ignores (MHA in vLLM's code)
+    heads = layout_mismatch(model_from_probe(GEMMA2, "m"), _layout(sliding_128=1, full=1))
+    assert heads is not None and "(2 KV heads x 64)" in heads and "(1 KV heads x 64)" in heads
     chunked = layout_mismatch(model_from_probe(GPT2, "m"), _layout(ChunkedLocalAttentionSpec=2))
     assert chunked is not None and "ChunkedLocalAttentionSpec" in chunked
 
@@ -431,8 +438,15 @@ def test_any_grouping_of_the_same_layers_passes(
         left, i = kinds.count(name), 0
         while left:
             n = min(left, cuts[i % len(cuts)])
+            window_or_none = window if kind == "sliding" else None
             layout.append(
-                {"kind": kind, "layers": n, "window": window if kind == "sliding" else None}
+                {
+                    "kind": kind,
+                    "layers": n,
+                    "window": window_or_none,
+                    "kv_heads": 1,
+                    "head_size": 64,
+                }
             )
             left, i = left - n, i + 1
     assert layout_mismatch(model_from_probe(_listed(kinds, window), "m"), layout) is None

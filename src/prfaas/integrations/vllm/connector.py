@@ -156,7 +156,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def cache_layout(groups: list[Any]) -> list[dict[str, Any]]:
-    """vLLM's KV cache groups, a kind, a layer count and a window each: the instance shell
+    """vLLM's KV cache groups, a kind, a layer count, a window and the attention's KV heads
+    and head size each: the instance shell
     checks them against the ModelSpec it sized the router's KV with
     (`serve.backends.vllm_arch.layout_mismatch`). The kind is the spec class vLLM built the
     model's layers with, so a config field vLLM reads differently from prfaas shows here."""
@@ -175,8 +176,12 @@ def cache_layout(groups: list[Any]) -> list[dict[str, Any]]:
             kind = "full"
         else:
             kind = type(spec).__name__
-        window = getattr(spec, "sliding_window", None) if kind == "sliding" else None
-        layout.append({"kind": kind, "layers": len(group.layer_names), "window": window})
+        entry: dict[str, Any] = {"kind": kind, "layers": len(group.layer_names), "window": None}
+        if kind == "sliding":
+            entry["window"] = spec.sliding_window
+        if kind in ("full", "sliding"):
+            entry |= {"kv_heads": spec.num_kv_heads, "head_size": spec.head_size}
+        layout.append(entry)
     return layout
 
 

@@ -235,42 +235,55 @@ def _mlps(facts: dict[str, Any]) -> tuple[MlpGroup, ...]:
 
 def layout_mismatch(model: ModelSpec, layout: Iterable[Mapping[str, Any]]) -> str | None:
     """Why the KV cache groups vLLM built (the connector's `cache_layout`) are not the layers
-    `model` sized the router's KV with, or None. Attention layers are counted by kind and
-    window; linear/SSM state only by its presence (a parallel hybrid's state layers are
-    grouped as vLLM's model code builds them, not as its config counts them)."""
+    `model` sized the router's KV with, or None. Attention layers are counted by kind, window,
+    KV heads and head size (not dtype: the known families' reader assumes 2-byte KV, which
+    `prfaas kv-throughput` and benchmarks/vllm_backend.py account for); linear/SSM state only
+    by its presence (a parallel hybrid's state layers are grouped as vLLM's model code builds
+    them, not as its config counts them)."""
     read: Counter[str] = Counter()
     for mixer in model.mixers:
         read[_mixer_kind(mixer)] += mixer.num_layers
     held: Counter[str] = Counter()
     for group in layout:
-        window = group.get("window")
-        kind = {"full": "full attention", "mla": "MLA", "state": STATE}.get(group["kind"])
-        held[kind or (f"sliding window {window}" if window else str(group["kind"]))] += int(
-            group["layers"]
-        )
+        held[_group_kind(group)] += int(group["layers"])
     for counts in (read, held):
         if counts[STATE]:
             counts[STATE] = 1
     if read == held:
         return None
     return (
-        f"vLLM built {_describe(held)} for {model.name}, where prfaas read {_describe(read)}; "
-        "the router's KV sizes and prefix moves would be wrong"
+        f"vLLM built layers of {_describe(held)} for {model.name}, where prfaas read "
+        f"{_describe(read)}; the router's KV sizes and prefix moves would be wrong"
     )
+
+
+def _heads(kv_heads: int, head_size: int) -> str:
+    return f"({kv_heads} KV heads x {head_size})"
 
 
 def _mixer_kind(mixer: MixerGroup) -> str:
     if isinstance(mixer, GqaAttention):
-        return "full attention"
+        return f"full attention {_heads(mixer.num_kv_heads, mixer.head_dim)}"
     if isinstance(mixer, SlidingWindowAttention):
-        return f"sliding window {mixer.window_tokens}"
+        heads = _heads(mixer.num_kv_heads, mixer.head_dim)
+        return f"sliding window {mixer.window_tokens} {heads}"
     if isinstance(mixer, MlaAttention):
         return "MLA"
     assert isinstance(mixer, LinearAttention)
     return STATE
 
 
+def _group_kind(group: Mapping[str, Any]) -> str:
+    kind = group["kind"]
+    if kind == "full":
+        return f"full attention {_heads(group['kv_heads'], group['head_size'])}"
+    if kind == "sliding":
+        heads = _heads(group["kv_heads"], group["head_size"])
+        return f"sliding window {group['window']} {heads}"
+    return {"mla": "MLA", "state": STATE}.get(kind, str(kind))
+
+
 def _describe(counts: Counter[str]) -> str:
     return ", ".join(
-        kind if kind == STATE else f"{n} {kind} layers" for kind, n in sorted(counts.items())
+        kind if kind == STATE else f"{n} x {kind}" for kind, n in sorted(counts.items())
     )
