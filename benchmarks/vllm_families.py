@@ -11,7 +11,7 @@ requests: greedy completions of a short prompt (the PD-P path) and of a ~1,600-t
 (the PrfaaS path: vLLM prefill -> link -> vLLM decode), streamed and not, and a greedy chat.
 A family prfaas refuses is recorded with the one line `prfaas up` printed. Needs
 `make setup-vllm`; ~3-5 min per family on 2 shared cores. Prints one JSON object per family,
-then a summary object; docs/vllm.md records a run.
+then a summary object; docs/benchmarks.md records a run.
 """
 
 from __future__ import annotations
