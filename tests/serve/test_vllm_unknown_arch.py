@@ -10,7 +10,8 @@ For each, a deployment of a PrfaaS prefill and a PD decode instance (t = 0: ever
 takes the PrfaaS path) must give the greedy text of a plain `vllm serve` of the same directory,
 streamed and not, for a short and a >1,000-token prompt (past the 128-token windows). An
 architecture vLLM serves attention-free (Mamba, a config-only directory: no engine starts) is
-refused at the instance's start with the reason.
+refused at the instance's start with the reason, and one whose engine builds other layers than
+prfaas read (a Mixtral listing `layer_types` vLLM's Mixtral ignores) exits at start, status 2.
 
 Engines start with one reduction order (`VLLM_CPU_ATTN_SPLIT_KV=0`, as test_vllm_backend.py
 explains); three engines per model (~30-100 s each on 2 shared cores).
