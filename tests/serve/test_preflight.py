@@ -3,6 +3,7 @@ naming the field; strict types; ports against each other and against this host."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +85,16 @@ def test_duplicate_names_are_named() -> None:
     ]
 
 
+def _unused_ports(count: int) -> list[int]:
+    """`count` distinct ports free on this host a moment ago (all bound at once, then let go:
+    the checks below must find them free, so they cannot stay held)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def test_port_clashes_between_listeners_are_named() -> None:
     clash = _instances(
         ("p", InstanceRole.PRFAAS_PREFILL, 0, 0),
@@ -91,19 +102,20 @@ def test_port_clashes_between_listeners_are_named() -> None:
         ("d", InstanceRole.PD_DECODE, 0, 0),
     )
     base = _with(instances=clash)
+    one, two, three, four = _unused_ports(4)
     http = [clash[0], clash[1].model_copy(update={"http_port": 0}), clash[2]]
     cases = {
-        "instances.1.http_port: port 41001 is also instances.0.http_port (127.0.0.1)": [
-            ("http_port", 0, 41001),
-            ("http_port", 1, 41001),
+        f"instances.1.http_port: port {one} is also instances.0.http_port (127.0.0.1)": [
+            ("http_port", 0, one),
+            ("http_port", 1, one),
         ],
-        "instances.2.transfer_port: port 41002 is also instances.1.transfer_port (127.0.0.1)": [
-            ("transfer_port", 1, 41002),
-            ("transfer_port", 2, 41002),
+        f"instances.2.transfer_port: port {two} is also instances.1.transfer_port (127.0.0.1)": [
+            ("transfer_port", 1, two),
+            ("transfer_port", 2, two),
         ],
-        "instances.0.transfer_port: port 41003 is also instances.0.http_port (127.0.0.1)": [
-            ("http_port", 0, 41003),
-            ("transfer_port", 0, 41003),
+        f"instances.0.transfer_port: port {three} is also instances.0.http_port (127.0.0.1)": [
+            ("http_port", 0, three),
+            ("transfer_port", 0, three),
         ],
     }
     for expected, edits in cases.items():
@@ -114,16 +126,16 @@ def test_port_clashes_between_listeners_are_named() -> None:
         assert problems == [expected]
     router_clash = base.model_copy(
         update={
-            "router": RouterSpec(port=41004),
-            "instances": (clash[0].model_copy(update={"http_port": 41004}), *clash[1:]),
+            "router": RouterSpec(port=four),
+            "instances": (clash[0].model_copy(update={"http_port": four}), *clash[1:]),
         }
     )
     assert check_deployment(router_clash, Scope.ALL) == [
-        "instances.0.http_port: port 41004 is also router.port (127.0.0.1)"
+        f"instances.0.http_port: port {four} is also router.port (127.0.0.1)"
     ]
-    wildcard = router_clash.model_copy(update={"router": RouterSpec(host="0.0.0.0", port=41004)})
+    wildcard = router_clash.model_copy(update={"router": RouterSpec(host="0.0.0.0", port=four)})
     assert check_deployment(wildcard, Scope.ALL) == [
-        "instances.0.http_port: port 41004 is also router.port (0.0.0.0)"
+        f"instances.0.http_port: port {four} is also router.port (0.0.0.0)"
     ]
 
 
@@ -180,9 +192,10 @@ def test_models_are_resolved_without_loading(tmp_path: Path) -> None:
 
 
 def test_every_problem_is_listed_in_one_pass(taken_port: int) -> None:
+    http_port, transfer_port = _unused_ports(2)
     instances = _instances(
-        ("p", InstanceRole.PRFAAS_PREFILL, 41011, 41012),
-        ("p", InstanceRole.PD_PREFILL, 41011, 0),
+        ("p", InstanceRole.PRFAAS_PREFILL, http_port, transfer_port),
+        ("p", InstanceRole.PD_PREFILL, http_port, 0),
     )
     deployment = _with(
         model="nothing-like-it",
@@ -194,7 +207,7 @@ def test_every_problem_is_listed_in_one_pass(taken_port: int) -> None:
     assert problems == [
         "instances: no pd-decode instance (every request needs one to decode)",
         "instances.1.name: 'p' is also instances.0.name",
-        "instances.1.http_port: port 41011 is also instances.0.http_port (127.0.0.1)",
+        f"instances.1.http_port: port {http_port} is also instances.0.http_port (127.0.0.1)",
         f"router.port: 127.0.0.1:{taken_port} is already in use on this host",
         "secret: needs at least 16 bytes",
         problems[-1],
