@@ -1,7 +1,7 @@
 """The control plane is authenticated: the router's /admin/* needs the admin bearer token, an
 instance's control API takes signed calls from its own deployment only (fresh, unreplayed,
-with the deployment's secret), and an instance connects to no transfer endpoint its
-deployment does not name. A live emulated deployment (no torch)."""
+signed for that instance with the deployment's secret), and an instance connects to no
+transfer endpoint its deployment does not name. A live emulated deployment (no torch)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from prfaas.serve.control_auth import ControlSigner, control_key, signed_headers
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
+
+JSON = "application/json"
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_unsigned_or_wrongly_signed_instance_calls_are_refused(launcher: Launche
     url = _instance_url(launcher)
     unsigned = httpx.get(url + "/info", timeout=30)
     assert unsigned.status_code == 401 and _error_type(unsigned) == "authentication_error"
-    stranger = ControlSigner(b"a secret of another deployment!!")
+    stranger = ControlSigner(b"a secret of another deployment!!", launcher.deployment)
     assert httpx.get(url + "/info", auth=stranger, timeout=30).status_code == 401
     tokenize = httpx.post(url + "/tokenize", json={"text": "hi"}, auth=stranger, timeout=30)
     assert tokenize.status_code == 401
@@ -81,21 +83,70 @@ def _key(launcher: Launcher) -> bytes:
 
 def test_stale_replayed_and_altered_calls_are_refused(launcher: Launcher) -> None:
     url, key = _instance_url(launcher), _key(launcher)
-    stale = signed_headers(key, "GET", "/info", b"", now_s=time.time() - 600)
+    stale = signed_headers(key, "pdd-0", "GET", "/info", now_s=time.time() - 600)
     assert httpx.get(url + "/info", headers=stale, timeout=30).status_code == 401
-    ahead = signed_headers(key, "GET", "/info", b"", now_s=time.time() + 600)
+    ahead = signed_headers(key, "pdd-0", "GET", "/info", now_s=time.time() + 600)
     assert httpx.get(url + "/info", headers=ahead, timeout=30).status_code == 401
-    fresh = signed_headers(key, "GET", "/info", b"")
+    fresh = signed_headers(key, "pdd-0", "GET", "/info")
     assert httpx.get(url + "/info", headers=fresh, timeout=30).status_code == 200
     replayed = httpx.get(url + "/info", headers=fresh, timeout=30)
     assert replayed.status_code == 401 and "replayed" in replayed.json()["error"]["message"]
     body = json.dumps({"text": "signed text"}).encode()
-    headers = signed_headers(key, "POST", "/tokenize", body)
+    headers = signed_headers(key, "pdd-0", "POST", "/tokenize", body=body)
     altered = json.dumps({"text": "other text!"}).encode()
     response = httpx.post(url + "/tokenize", content=altered, headers=headers, timeout=30)
     assert response.status_code == 401
-    moved = httpx.get(url + "/state?since=0", headers=signed_headers(key, "GET", "/info", b""))
-    assert moved.status_code == 401  # signed for another path
+    moved = signed_headers(key, "pdd-0", "GET", "/info")
+    assert httpx.get(url + "/state?since=0", headers=moved).status_code == 401  # another path
+
+
+def _signed(auth: httpx.Auth, method: str, url: str, body: bytes = b"") -> dict[str, str]:
+    """The headers the router's signer (the same `httpx.Auth`) puts on this call, and its
+    Content-Type."""
+    request = httpx.Request(method, url, content=body, headers={"content-type": JSON})
+    signed = next(auth.sync_auth_flow(request))
+    return {k: v for k, v in signed.headers.items() if k.startswith("x-prfaas-")} | {
+        "content-type": JSON
+    }
+
+
+def _captured_prefill(launcher: Launcher) -> bytes:
+    decode = launcher.deployment.instance("pdd-0")
+    body = {**_prefill_body(decode.host, decode.transfer_port), "request_id": "captured-1"}
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("target", "method", "path"),
+    [
+        ("pdd-0", "GET", "/state?since=0"),
+        ("pdd-0", "POST", "/tokenize"),
+        ("prfaas-0", "POST", "/prefill"),
+    ],
+    ids=["state", "tokenize", "prefill"],
+)
+def test_a_signed_call_is_taken_once_and_by_its_own_instance_only(
+    launcher: Launcher, target: str, method: str, path: str
+) -> None:
+    """A call signed for one instance, replayed to the others or to the same one again, is
+    refused there (issue 26: a captured /prefill ran on another instance)."""
+    plain = b"" if method == "GET" else b'{"text": "captured"}'
+    body = _captured_prefill(launcher) if path == "/prefill" else plain
+    url = _instance_url(launcher, target) + path
+    headers = _signed(launcher.instance_auth(), method, url, body)
+    original = httpx.request(method, url, content=body, headers=headers, timeout=30)
+    assert original.status_code == 200
+    for spec in launcher.deployment.instances:
+        if spec.name == target:
+            continue
+        elsewhere = httpx.request(
+            method, spec.url + path, content=body, headers=headers, timeout=30
+        )
+        assert elsewhere.status_code == 401, spec.name
+        assert f"signed for instance {target!r}" in elsewhere.json()["error"]["message"]
+    replayed = httpx.request(method, url, content=body, headers=headers, timeout=30)
+    assert replayed.status_code == 401
+    assert "replayed" in replayed.json()["error"]["message"]
 
 
 def _prefill_body(host: str, port: int) -> dict[str, Any]:

@@ -93,6 +93,16 @@ class RouterSpec(_Strict):
     api_key: str | None = Field(default=None, min_length=1)
 
 
+class InstanceEdgeSpec(_Strict):
+    """The limits of every instance's control API (serve.edge, as the router's own): its
+    callers are the router and operator tools, whose bodies are token ids and prompts."""
+
+    max_body_bytes: int = Field(default=64 * 2**20, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)  # a request's headers, from connecting
+    body_timeout_s: float = Field(default=30.0, gt=0)  # a request's whole body, once headers are in
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)  # idle between keep-alive requests
+
+
 class LinkShaping(StrEnum):
     """How the PrfaaS -> PD link is emulated on one host (`prfaas up`)."""
 
@@ -238,6 +248,7 @@ class Deployment(_Strict):
     # the only guard. One setting for the whole deployment, so every link agrees.
     payload_checks: bool = True
     router: RouterSpec = RouterSpec()
+    instance_edge: InstanceEdgeSpec = InstanceEdgeSpec()
     link: LinkSpec = LinkSpec()
     emulation: EmulationSpec = EmulationSpec()
     rebalance: RebalanceSpec = RebalanceSpec()

@@ -1,7 +1,12 @@
-"""The router's HTTP edge: what a client cannot do to the process, before any route runs.
+"""The HTTP edge of the router and of every instance: what a client cannot do to the process,
+before any route runs. One mechanism, two configurations (`router.*` limits; an instance's
+`instance_edge.*` limits plus its signature check, `serve.control_auth`).
 
-`EdgeGuard` (an ASGI middleware, outermost inside the app) reads every request body itself:
+`EdgeGuard` (an ASGI middleware, outermost inside the app) reads every request body itself
+(an instance's: every request, as its signature covers the body):
 
+    a `gate`'s check of the headers fails     its status (an instance: 401 for a call not
+                                              signed for it) before a byte of the body is read
     Content-Type not JSON                     415 (a missing one is taken as JSON)
     Content-Length over max_body_bytes        413 before a byte of the body is read
     a body (chunked too) crossing the limit   413 as soon as it crosses: at most
@@ -9,17 +14,18 @@
                                               what follows is read and dropped for at most
                                               LINGER_S, then the connection is closed
     the body not complete in body_timeout_s   408 (a client sending one byte a second)
+    a `gate`'s check of the whole body fails  its status (an instance: 401, bad signature)
 
-then hands the route the buffered body (without `max_body_bytes`, as on an instance, whose
-caller is the router, bodies pass through unread). Any exception a route lets escape becomes
-OpenAI's JSON 500 with a request id (logged with its traceback), never Starlette's plain-text
-one, and the connection stays usable (uvicorn closes a connection whose app raised).
+then hands the route the buffered body. Any exception a route lets escape becomes OpenAI's
+JSON 500 with a request id (logged with its traceback), never Starlette's plain-text one, and
+the connection stays usable (uvicorn closes a connection whose app raised).
 
-`header_timeout_protocol` is uvicorn's h11 protocol with a deadline on request headers: a
-connection that has not sent complete headers within `header_timeout_s` of connecting (or
-of starting its next request) is closed; what h11 cannot parse is answered with a JSON 400.
-uvicorn's own `timeout_keep_alive` bounds the idle time between requests, h11's
-`max_incomplete_event_size` the size of the headers.
+`edge_server_config` is the uvicorn configuration of both: `header_timeout_protocol`,
+uvicorn's h11 protocol with a deadline on request headers (a connection that has not sent
+complete headers within `header_timeout_s` of connecting, or of starting its next request, is
+closed; what h11 cannot parse is answered with a JSON 400), uvicorn's `timeout_keep_alive` for
+the idle time between requests and h11's `max_incomplete_event_size` for the size of the
+headers (MAX_HEADER_BYTES).
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import h11
+import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -49,6 +56,18 @@ log = logging.getLogger("prfaas.router")
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 LINGER_S = 2.0
 LINGER_BYTES = 64 * 2**20
+MAX_HEADER_BYTES = 16 * 1024  # h11's default, stated: request line plus headers
+
+
+class BodyGate(Protocol):
+    """A check `EdgeGuard` runs around its read of a body (`serve.control_auth.ControlGate`):
+    each method raises a `ServeError` to refuse the request."""
+
+    def check_head(self, scope: Scope) -> None:
+        """On the request line and headers, before a byte of the body is read."""
+
+    def check_body(self, scope: Scope, body: bytes) -> None:
+        """On the whole body, once it is read (bounded and timed)."""
 
 
 class EdgeGuard:
@@ -56,13 +75,15 @@ class EdgeGuard:
         self,
         app: ASGIApp,
         *,
-        max_body_bytes: int | None,
+        max_body_bytes: int,
         body_timeout_s: float,
+        gate: BodyGate | None = None,
         on_refused: Callable[[str, int], None] | None = None,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.gate = gate  # checks every request (all methods), around its body
         self.on_refused = on_refused  # (path, status) of a body refused here: for the metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -78,7 +99,7 @@ class EdgeGuard:
             await send(message)
 
         try:
-            if self.max_body_bytes is not None and scope["method"] in _BODY_METHODS:
+            if self.gate is not None or scope["method"] in _BODY_METHODS:
                 body = await self._read_body(scope, receive)
                 receive = replay_body(body, receive)
             await self.app(scope, receive, tracked_send)
@@ -98,10 +119,11 @@ class EdgeGuard:
             await _respond(send, 500, error, close=False)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        if self.gate is not None:
+            self.gate.check_head(scope)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         _check_content_type(headers.get("content-type"))
         limit = self.max_body_bytes
-        assert limit is not None
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             raise PayloadTooLargeError(f"request body of {declared[:20]} bytes > {limit}")
@@ -124,7 +146,10 @@ class EdgeGuard:
             raise RequestTimeoutError(
                 f"the request body did not arrive within {self.body_timeout_s} s"
             ) from None
-        return b"".join(chunks)
+        body = b"".join(chunks)
+        if self.gate is not None:
+            self.gate.check_body(scope, body)
+        return body
 
 
 async def _linger(receive: Receive, timeout_s: float) -> None:
@@ -180,6 +205,22 @@ async def _respond(send: Send, status: int, body: dict[str, Any], *, close: bool
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+def edge_server_config(
+    app: ASGIApp, *, host: str, port: int, header_timeout_s: float, keep_alive_timeout_s: float
+) -> uvicorn.Config:
+    """uvicorn's configuration of an edge: headers bounded in time and size, idle keep-alive
+    connections closed."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        http=header_timeout_protocol(header_timeout_s),
+        timeout_keep_alive=max(1, round(keep_alive_timeout_s)),
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
 
 
 def header_timeout_protocol(header_timeout_s: float) -> type[H11Protocol]:

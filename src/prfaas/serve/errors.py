@@ -5,6 +5,7 @@
     ├── IncompatibleInstanceError   an instance hashes blocks differently (kept out)
     ├── BadRequestError             400 invalid_request_error
     │   └── ContextLengthError      400 (code context_length_exceeded)
+    ├── AuthenticationError         401 (an instance's control call not validly signed)
     ├── ModelNotFoundError          404
     ├── NotFoundError               404 (admin: no such instance)
     ├── PayloadTooLargeError        413
@@ -67,6 +68,14 @@ class BadRequestError(ServeError):
 
 class ContextLengthError(BadRequestError):
     code = "context_length_exceeded"
+
+
+class AuthenticationError(ServeError):
+    """A control call an instance does not take (serve.control_auth): unsigned, signed for
+    another instance, stale, replayed or altered."""
+
+    status_code = 401
+    error_type = "authentication_error"
 
 
 class ModelNotFoundError(ServeError):

@@ -25,9 +25,10 @@ paced like the link (token bucket plus delay) for prefixes it moves to the Prfaa
                          ship it to the target's transfer endpoint (cross-cluster move)
     POST /prefix/import  (target) wait for that move's slices, insert them into the pool
 
-Every call must be signed with the deployment's secret (`serve.control_auth`: 401 otherwise),
-and `/prefill` and `/prefix/send` connect only to transfer endpoints the deployment file names
-(`transfer_peer`: 400 for any other address).
+Every call must be signed for this instance with the deployment's secret (`serve.control_auth`:
+401 otherwise, before the body is read), within the router's limits (`serve.edge`, the
+deployment's `instance_edge`); `/prefill` and `/prefix/send` connect only to transfer
+endpoints the deployment file names (`transfer_peer`: 400 for any other address).
 
 Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
 endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three.
@@ -69,8 +70,8 @@ from prfaas.serve.config import (
     transfer_secret,
     transfer_tls,
 )
-from prfaas.serve.control_auth import ControlAuthMiddleware
-from prfaas.serve.edge import EdgeGuard
+from prfaas.serve.control_auth import ControlGate
+from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -532,9 +533,11 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
             rt.worker.stop()
 
     app = FastAPI(lifespan=lifespan)
-    # any escaped exception: JSON 500 and the connection kept (bodies are the router's)
-    app.add_middleware(EdgeGuard, max_body_bytes=None, body_timeout_s=0)
-    app.add_middleware(ControlAuthMiddleware, secret=rt.transfer_config.secret)
+    edge = rt.deployment.instance_edge  # the router's limits; only calls signed for us
+    gate = ControlGate(rt.transfer_config.secret, rt.spec.name)
+    app.add_middleware(
+        EdgeGuard, max_body_bytes=edge.max_body_bytes, body_timeout_s=edge.body_timeout_s, gate=gate
+    )
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
@@ -633,8 +636,13 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 def serve_instance(deployment: Deployment, name: str) -> None:
     """Run one instance until SIGINT/SIGTERM."""
     rt = build_runtime(deployment, name)
-    config = uvicorn.Config(
-        build_app(rt), host=rt.spec.host, port=rt.spec.http_port, log_level="warning"
+    edge = deployment.instance_edge
+    config = edge_server_config(
+        build_app(rt),
+        host=rt.spec.host,
+        port=rt.spec.http_port,
+        header_timeout_s=edge.header_timeout_s,
+        keep_alive_timeout_s=edge.keep_alive_timeout_s,
     )
     try:
         uvicorn.Server(config).run()

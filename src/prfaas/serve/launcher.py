@@ -96,7 +96,7 @@ class Launcher:
     def instance_auth(self) -> ControlSigner:
         """Signs calls to the instances' control API as the router does (operator tools)."""
         secret = self.deployment.secret or self._env[SECRET_ENV_VAR]
-        return ControlSigner(secret.encode())
+        return ControlSigner(secret.encode(), self.deployment)
 
     @property
     def admin_headers(self) -> dict[str, str]:

@@ -13,7 +13,7 @@ The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 
 Every body is read, bounded and timed by `serve.edge.EdgeGuard` before a route runs (and any
 error a route lets escape becomes a JSON 500 there); headers have their own deadline
-(`header_timeout_protocol`). Every error leaves as OpenAI's error JSON; the status comes from
+(`edge_server_config`). Every error leaves as OpenAI's error JSON; the status comes from
 the `ServeError` class (errors.py), mapped in `_serve_error` only. How a completion request
 runs, streams, fails and is cancelled: `serve.completions`.
 """
@@ -38,7 +38,7 @@ from prfaas.serve.completions import complete
 from prfaas.serve.config import Deployment, InstanceRole, configured_api_key, transfer_secret
 from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.dashboard import register_dashboard
-from prfaas.serve.edge import EdgeGuard, header_timeout_protocol
+from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -52,8 +52,6 @@ from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.rebalance import admin_view
 from prfaas.serve.registry import Registry
 from prfaas.serve.tokenization import register_tokenization
-
-MAX_HEADER_BYTES = 16 * 1024  # h11's default, stated: request line plus headers
 
 
 def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
@@ -142,7 +140,7 @@ def build_app(deployment: Deployment) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        signer = ControlSigner(transfer_secret(deployment))
+        signer = ControlSigner(transfer_secret(deployment), deployment)
         async with httpx.AsyncClient(timeout=10.0, auth=signer) as client:
             registry = Registry(deployment, client)
             rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
@@ -227,13 +225,11 @@ def build_app(deployment: Deployment) -> FastAPI:
 def serve_router(deployment: Deployment) -> None:
     """Run the router until SIGINT/SIGTERM."""
     r = deployment.router
-    config = uvicorn.Config(
+    config = edge_server_config(
         build_app(deployment),
         host=r.host,
         port=r.port,
-        log_level="warning",
-        http=header_timeout_protocol(r.header_timeout_s),
-        timeout_keep_alive=max(1, round(r.keep_alive_timeout_s)),
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        header_timeout_s=r.header_timeout_s,
+        keep_alive_timeout_s=r.keep_alive_timeout_s,
     )
     uvicorn.Server(config).run()
