@@ -78,6 +78,7 @@ from prfaas.serve.errors import (
     NoCapacityError,
     ServeError,
 )
+from prfaas.serve.json_lines import json_line
 from prfaas.serve.kvlink import (
     DelayedTransport,
     committed_records,
@@ -341,7 +342,8 @@ async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
 
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    """NDJSON `DecodeChunk`s; cancelled (client gone) -> the engine drops the request."""
+    """`DecodeChunk`s as JSON lines (`serve.json_lines`); cancelled (client gone) -> the
+    engine drops the request."""
     rt.activity.decodes += 1
     try:
         async for line in _stream_decode(rt, body):
@@ -360,13 +362,13 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
         while True:
             item: Item = await items.get()
             if isinstance(item, BaseException):
-                yield _line(p.DecodeChunk(error=f"decode failed: {item}"))
+                yield json_line(p.DecodeChunk(error=f"decode failed: {item}"))
                 is_done = True
                 return
             if isinstance(item, Finished):
                 is_done = True
                 tail = item.text[len(sent) :] if item.text.startswith(sent) else ""
-                yield _line(
+                yield json_line(
                     p.DecodeChunk(
                         text=tail,
                         finish_reason=item.finish_reason,
@@ -386,7 +388,7 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
                 text, delta = rt.worker.detokenize(ids), ""
                 if text.startswith(sent) and not text.endswith("\ufffd"):
                     delta, sent = text[len(sent) :], text
-            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
+            yield json_line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
             rt.worker.cancel(body.request_id)
@@ -498,10 +500,6 @@ def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
     if isinstance(rt.worker, ShipsOwnKv):
         return rt.worker.link_signals()
     return rt.sender.link_signals() if rt.sender else []
-
-
-def _line(chunk: p.DecodeChunk) -> bytes:
-    return chunk.model_dump_json(exclude_defaults=True).encode() + b"\n"
 
 
 def _error(err: ServeError) -> JSONResponse:

@@ -70,6 +70,7 @@ from prfaas.serve.errors import (
     NoCapacityError,
     ServeError,
 )
+from prfaas.serve.json_lines import split_lines
 from prfaas.serve.launcher import die_with_parent
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError, UnsupportedConfigError
@@ -566,8 +567,8 @@ class VllmBackend:
             if response.status_code != 200:
                 await response.aread()
                 raise _child_error(response)
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
+            async for line in split_lines(response.aiter_bytes()):
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
                     continue
                 for choice in json.loads(line[6:]).get("choices", []):
                     finish = choice.get("finish_reason") or finish
