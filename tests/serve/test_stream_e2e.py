@@ -1,9 +1,10 @@
-"""Issue 26 end to end: generated text with every line separator through the real router and
-instance processes.
+"""Issue 26 end to end: generated text with every line separator, and stop strings, through
+the real router and instance processes.
 
 An emulated deployment whose model says `SCRIPT` (`emulation.output_text`): every character
 `str.splitlines` splits at, then multi-byte characters, one byte per token. Before the fix a
-JSON completion of it was a 500 and a stream stopped without an error event or `[DONE]`.
+JSON completion of it was a 500 and a stream stopped without an error event or `[DONE]`;
+a streamed stop string reached the client although the JSON answer stopped before it.
 Each case runs on both paths (a short prompt: PD-P; a long one: PrfaaS), on both APIs,
 streamed and not.
 """
@@ -28,6 +29,7 @@ SEPARATORS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 SCRIPT = "".join(f"{c}{s}" for c, s in zip("abcdefghij", SEPARATORS, strict=True)) + "k \xe9\u20acm"
 MAX_TOKENS = len(SCRIPT.encode())  # the script once: one token per byte
 PROMPTS = {"pd-p": "Hello there", "prfaas": "The quick brown fox jumps over the lazy dog. " * 4}
+STOPS = ["m", "\u2028", "\xe9", "\u20acm", "k \xe9", "\x85i", "\n", "\r", "zz"]
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,16 @@ def test_text_with_every_line_separator_arrives_whole(
     text, finish, ran = _answer(launcher, _body(path, is_chat, None, False), is_chat)
     assert (text, finish, ran) == (SCRIPT, "length", path)
     assert _streamed(launcher, _body(path, is_chat, None, True), is_chat) == (SCRIPT, "length")
+
+
+@pytest.mark.parametrize("is_chat", [False, True], ids=["completions", "chat"])
+@pytest.mark.parametrize("path", list(PROMPTS))
+def test_a_streamed_stop_string_never_leaks_and_equals_the_json_answer(
+    launcher: Launcher, path: str, is_chat: bool
+) -> None:
+    for stop in STOPS:
+        cut = SCRIPT.find(stop)
+        expected = (SCRIPT, "length") if cut < 0 else (SCRIPT[:cut], "stop")
+        text, finish, _ = _answer(launcher, _body(path, is_chat, stop, False), is_chat)
+        assert (text, finish) == expected, stop
+        assert _streamed(launcher, _body(path, is_chat, stop, True), is_chat) == expected, stop

@@ -86,6 +86,7 @@ from prfaas.serve.kvlink import (
     transports_for,
 )
 from prfaas.serve.profile import PrefillTiming
+from prfaas.serve.stream_text import StreamedText
 from prfaas.transfer import (
     ArraySink,
     LinkSignals,
@@ -342,8 +343,8 @@ async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
 
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    """`DecodeChunk`s as JSON lines (`serve.json_lines`); cancelled (client gone) -> the
-    engine drops the request."""
+    """`DecodeChunk`s as JSON lines (`serve.json_lines`), their text decided before it is
+    sent (`serve.stream_text`); cancelled (client gone) -> the engine drops the request."""
     rt.activity.decodes += 1
     try:
         async for line in _stream_decode(rt, body):
@@ -356,7 +357,7 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
     slices = [] if isinstance(rt.worker, ShipsOwnKv) else await _imported(rt, body)
     items = rt.worker.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
-    sent = ""
+    streamed = StreamedText(body.sampling.stop)
     is_done = False
     try:
         while True:
@@ -367,10 +368,9 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
                 return
             if isinstance(item, Finished):
                 is_done = True
-                tail = item.text[len(sent) :] if item.text.startswith(sent) else ""
                 yield json_line(
                     p.DecodeChunk(
-                        text=tail,
+                        text=streamed.rest(item.text),
                         finish_reason=item.finish_reason,
                         num_prompt_tokens=item.num_prompt_tokens,
                         num_completion_tokens=len(item.token_ids),
@@ -382,12 +382,9 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
                 continue
             ids.append(item.token_id)
             if item.text is not None:
-                delta = item.text
-                sent += delta
+                delta = streamed.append(item.text)
             else:
-                text, delta = rt.worker.detokenize(ids), ""
-                if text.startswith(sent) and not text.endswith("\ufffd"):
-                    delta, sent = text[len(sent) :], text
+                delta = streamed.settle(rt.worker.detokenize(ids))
             yield json_line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
