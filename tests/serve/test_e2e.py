@@ -95,6 +95,34 @@ def test_streaming_equals_non_streaming(client: openai.OpenAI) -> None:
         assert "".join(c.choices[0].text for c in stream if c.choices) == text
 
 
+STOP_LONG = "Stop strings are cut before they reach a streaming client. " * 5  # 301 tokens
+
+
+@pytest.mark.parametrize(("prompt", "path"), [(SHORT, "pd-p"), (STOP_LONG, "prfaas")])
+def test_streamed_stop_strings_equal_the_json_answer(
+    client: openai.OpenAI, prompt: str, path: str
+) -> None:
+    """Issue 26: `"stop": ["m"]` streamed `"\\ufffd\\ufffdm"` where the JSON answer stopped
+    before the `m` (the random preset prints lone bytes as U+FFFD). Every character the free
+    text says is tried as a stop string, on both APIs."""
+    free, info = _complete(client, prompt, 24)
+    assert info["path"] == path
+    chat = [{"role": "user", "content": prompt}]
+    stops = sorted(set(free) - {"\ufffd"})[:6]
+    assert stops, free
+    for stop in stops:
+        args: dict = {"model": MODEL, "max_tokens": 24, "temperature": 0, "stop": [stop]}
+        text = client.completions.create(prompt=prompt, **args).choices[0].text
+        assert text == free[: free.find(stop)]
+        stream = client.completions.create(prompt=prompt, stream=True, **args)
+        assert "".join(c.choices[0].text for c in stream if c.choices) == text, stop
+        answer = client.chat.completions.create(messages=chat, **args)
+        said = answer.choices[0].message.content or ""
+        assert stop not in said
+        chunks = client.chat.completions.create(messages=chat, stream=True, **args)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == said
+
+
 def test_chat_completion_and_usage(client: openai.OpenAI) -> None:
     out = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0

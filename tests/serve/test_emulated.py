@@ -106,6 +106,12 @@ def test_layer_bytes_add_up_and_outputs_are_deterministic() -> None:
     ]
 
 
+def test_an_output_text_is_said_byte_by_byte_whatever_the_prompt() -> None:
+    script = "a\u2028\u20ac".encode()
+    said = bytes(output_token([1, 2, 3][: n % 3 + 1], n, script) for n in range(2 * len(script)))
+    assert said.decode() == "a\u2028\u20ac" * 2
+
+
 # --- a live emulated deployment ------------------------------------------------------------
 
 

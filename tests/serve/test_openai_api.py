@@ -143,6 +143,49 @@ def test_bad_bodies_are_400_naming_the_field(
     assert (caught.value.status_code, body["type"]) == (400, "invalid_request_error")
 
 
+@pytest.mark.parametrize("kind", [CompletionRequest, ChatCompletionRequest])
+@pytest.mark.parametrize(
+    ("options", "stream", "message"),
+    [
+        ({"include_usage": "false"}, True, "stream_options.include_usage: Input should be a"),
+        ({"include_usage": 1}, True, "stream_options.include_usage: Input should be a"),
+        ({"continuous_usage_stats": "true"}, True, "stream_options.continuous_usage_stats:"),
+        ("include_usage", True, "stream_options: Input should be a valid dictionary"),
+        ([True], True, "stream_options: Input should be a valid dictionary"),
+        ({"include_usage": True}, False, "stream_options: only allowed with stream: true"),
+    ],
+)
+def test_stream_options_take_booleans_and_a_stream(
+    kind: type[CompletionRequest | ChatCompletionRequest], options: Any, stream: bool, message: str
+) -> None:
+    """Issue 26: `"include_usage": "false"` was taken (a truthy string: usage was sent)."""
+    raw = _raw(prompt="x", messages=[{"role": "user", "content": "x"}], stream=stream)
+    body = {**json.loads(raw), "stream_options": options}
+    with pytest.raises(BadRequestError, match=message) as caught:
+        parse_body(json.dumps(body).encode(), kind, LIMIT)
+    assert caught.value.body()["error"]["param"] == "stream_options"
+
+
+@pytest.mark.parametrize(
+    ("options", "usage", "continuous"),
+    [
+        (None, False, False),
+        ({}, False, False),
+        ({"include_usage": None, "continuous_usage_stats": None}, False, False),
+        ({"include_usage": False, "continuous_usage_stats": True}, False, False),
+        ({"include_usage": True, "include_obfuscation": False, "x": [1]}, True, False),
+        ({"include_usage": True, "continuous_usage_stats": True}, True, True),
+    ],
+)
+def test_stream_options_unknown_keys_are_ignored_as_vllm_does(
+    options: Any, usage: bool, continuous: bool
+) -> None:
+    req = parse_body(
+        _raw(prompt="x", stream=True, stream_options=options), CompletionRequest, LIMIT
+    )
+    assert (req.include_usage, req.continuous_usage) == (usage, continuous)
+
+
 def test_an_oversized_body_is_413_before_it_is_parsed() -> None:
     with pytest.raises(PayloadTooLargeError) as caught:
         parse_body(b"x" * (LIMIT + 1), CompletionRequest, LIMIT)

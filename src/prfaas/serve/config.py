@@ -185,11 +185,14 @@ class RebalanceSpec(_Strict):
 class EmulationSpec(_Strict):
     """How `emulated` instances scale the modelled deployment (docs/serving.md): every prefill
     and decode step sleeps `time_factor` x the PerfProfile's time, and every KV payload is
-    `byte_factor` x the model's real cache bytes."""
+    `byte_factor` x the model's real cache bytes. `output_text`: what every request
+    generates, this text's UTF-8 bytes one token each, repeated (unset: letters and spaces
+    drawn by a hash of the prompt), so a deployment can be made to say any text."""
 
     time_factor: float = Field(default=1.0, gt=0)
     byte_factor: float = Field(default=1 / 256, gt=0, le=1)
     max_context_tokens: int = Field(default=135_168, gt=0)
+    output_text: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
 class SupervisorSpec(_Strict):

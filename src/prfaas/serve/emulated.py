@@ -16,8 +16,9 @@ Worked bytes (prfaas-1t, h200 x8, 27K-token prompt, byte_factor 1/256): the prof
 656 MB of KV and state; 2.56 MB cross the link in 60 slices (15 MLA layers of prompt KV,
 45 KDA layers of state). Tokens are deterministic: the byte tokenizer's ids (<bos> + UTF-8),
 and outputs drawn from lowercase letters and spaces by a hash of the prompt, so the same
-prompt always gives the same text. Runs on the instance's event loop (asyncio sleeps, no
-thread, no torch import); `start()` once the loop runs, `stop()` at shutdown.
+prompt always gives the same text (with `emulation.output_text`: that text's bytes, repeated).
+Runs on the instance's event loop (asyncio sleeps, no thread, no torch import); `start()` once
+the loop runs, `stop()` at shutdown.
 
 Sleeps aim at absolute deadlines on the loop's clock (`_sleep_until`), so the event loop's
 wake-up lateness does not add up: a prefill's 60 layer steps end at start + prefill time
@@ -88,8 +89,11 @@ def layer_bytes(model: ModelSpec, num_tokens: int, total_bytes: int) -> list[tup
     return sizes
 
 
-def output_token(prompt: Sequence[int], index: int) -> int:
-    """The `index`-th generated token for `prompt`: a pure function of both."""
+def output_token(prompt: Sequence[int], index: int, script: bytes = b"") -> int:
+    """The `index`-th generated token for `prompt`: a pure function of both. With a
+    `script` (`emulation.output_text` as UTF-8) the tokens are its bytes, repeated."""
+    if script:
+        return script[index % len(script)]
     seed = zlib.crc32(b"".join(t.to_bytes(4, "little") for t in prompt[-64:]), len(prompt))
     mixed = zlib.crc32(index.to_bytes(4, "little"), seed)
     return OUTPUT_ALPHABET[mixed % len(OUTPUT_ALPHABET)]
@@ -124,6 +128,7 @@ class EmulatedBackend:
         self.model = get_model(deployment.model)
         self.profile = profile_for(self.model, get_chip(spec.chip), spec.gpus_per_instance)
         self.emulation = deployment.emulation
+        self.script = (self.emulation.output_text or "").encode()
         self.max_batch_size = spec.max_batch_size
         config = CacheConfig.for_model(
             self.model,
@@ -239,7 +244,7 @@ class EmulatedBackend:
             self.pool.commit(rid)
         finally:
             self.pool.release(rid)
-        job.out.put_nowait(PrefillDone(output_token(job.tokens, 0), hit))
+        job.out.put_nowait(PrefillDone(output_token(job.tokens, 0, self.script), hit))
 
     # --- decode --------------------------------------------------------------------------
 
@@ -298,7 +303,8 @@ class EmulatedBackend:
         await _sleep_until(loop, self._step_due_s)
         for job in running:
             if job.body.request_id in self._decodes:
-                self._emit(job, output_token(job.body.token_ids, len(job.generated)))
+                token = output_token(job.body.token_ids, len(job.generated), self.script)
+                self._emit(job, token)
         self._publish()
 
     def _admit(self) -> None:

@@ -2,7 +2,8 @@
 
     tokenize (an instance)  ->  scheduler.route(RouteRequest, registry.view(now))
         -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer)
-        -> POST decode instance /decode     (NDJSON tokens)  -> yielded to the HTTP edge
+        -> POST decode instance /decode     (JSON lines of tokens: serve.json_lines)
+                                            -> yielded to the HTTP edge
 
 The scheduler object is the simulator's, unchanged, fed with wall time since router start.
 It is told that this host moves cached prefixes across clusters (`can_move_cache`) when every
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from prfaas.kvcache.ids import RequestId
 from prfaas.scheduler import (
@@ -65,6 +66,7 @@ from prfaas.serve.errors import (
     ServeError,
     from_response,
 )
+from prfaas.serve.json_lines import split_lines
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.profile import LiveProfile, PrefillTiming
 from prfaas.serve.rebalance import SlowLoop, rebalance_policy
@@ -494,10 +496,8 @@ async def _decode(
                     raise RequestFailed(f"decode on {decode.name}: {_message(raw)}")
                 raise from_response(response.status_code, raw)
             is_final = is_started = False
-            async for line in response.aiter_lines():
-                if not line:
-                    continue
-                chunk = p.DecodeChunk.model_validate_json(line)
+            async for line in split_lines(response.aiter_bytes()):
+                chunk = _chunk(line, decode, is_started)
                 if chunk.error is not None and not is_started:
                     raise RequestFailed(f"decode on {decode.name}: {chunk.error}")
                 if chunk.error is not None:
@@ -510,6 +510,16 @@ async def _decode(
                 raise RequestFailed(f"decode instance {decode.name} broke off the stream")
     except httpx.TransportError as err:
         raise await _judge(rt, decode, "decode", err) from None
+
+
+def _chunk(line: bytes, decode: LiveInstance, is_started: bool) -> p.DecodeChunk:
+    """One line of the decode stream; a line that is no `DecodeChunk` fails the request as
+    a broken stream does (retried while nothing was sent), never as the router's own 500."""
+    try:
+        return p.DecodeChunk.model_validate_json(line)
+    except ValidationError:
+        what = f"decode on {decode.name}: not a DecodeChunk line: {line[:80]!r}"
+        raise (InstanceFailedError(what) if is_started else RequestFailed(what)) from None
 
 
 def _message(raw: bytes) -> str:

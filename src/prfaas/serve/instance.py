@@ -79,6 +79,7 @@ from prfaas.serve.errors import (
     NoCapacityError,
     ServeError,
 )
+from prfaas.serve.json_lines import json_line
 from prfaas.serve.kvlink import (
     DelayedTransport,
     committed_records,
@@ -86,6 +87,7 @@ from prfaas.serve.kvlink import (
     transports_for,
 )
 from prfaas.serve.profile import PrefillTiming
+from prfaas.serve.stream_text import StreamedText
 from prfaas.transfer import (
     ArraySink,
     LinkSignals,
@@ -342,7 +344,8 @@ async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
 
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    """NDJSON `DecodeChunk`s; cancelled (client gone) -> the engine drops the request."""
+    """`DecodeChunk`s as JSON lines (`serve.json_lines`), their text decided before it is
+    sent (`serve.stream_text`); cancelled (client gone) -> the engine drops the request."""
     rt.activity.decodes += 1
     try:
         async for line in _stream_decode(rt, body):
@@ -355,21 +358,20 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
     slices = [] if isinstance(rt.worker, ShipsOwnKv) else await _imported(rt, body)
     items = rt.worker.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
-    sent = ""
+    streamed = StreamedText(body.sampling.stop)
     is_done = False
     try:
         while True:
             item: Item = await items.get()
             if isinstance(item, BaseException):
-                yield _line(p.DecodeChunk(error=f"decode failed: {item}"))
+                yield json_line(p.DecodeChunk(error=f"decode failed: {item}"))
                 is_done = True
                 return
             if isinstance(item, Finished):
                 is_done = True
-                tail = item.text[len(sent) :] if item.text.startswith(sent) else ""
-                yield _line(
+                yield json_line(
                     p.DecodeChunk(
-                        text=tail,
+                        text=streamed.rest(item.text),
                         finish_reason=item.finish_reason,
                         num_prompt_tokens=item.num_prompt_tokens,
                         num_completion_tokens=len(item.token_ids),
@@ -381,13 +383,10 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
                 continue
             ids.append(item.token_id)
             if item.text is not None:
-                delta = item.text
-                sent += delta
+                delta = streamed.append(item.text)
             else:
-                text, delta = rt.worker.detokenize(ids), ""
-                if text.startswith(sent) and not text.endswith("\ufffd"):
-                    delta, sent = text[len(sent) :], text
-            yield _line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
+                delta = streamed.settle(rt.worker.detokenize(ids))
+            yield json_line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
             rt.worker.cancel(body.request_id)
@@ -499,10 +498,6 @@ def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
     if isinstance(rt.worker, ShipsOwnKv):
         return rt.worker.link_signals()
     return rt.sender.link_signals() if rt.sender else []
-
-
-def _line(chunk: p.DecodeChunk) -> bytes:
-    return chunk.model_dump_json(exclude_defaults=True).encode() + b"\n"
 
 
 def _error(err: ServeError) -> JSONResponse:

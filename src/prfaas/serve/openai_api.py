@@ -7,7 +7,8 @@ an instance that its sampler cannot take: `seed` a signed 64-bit integer (what
 denormals included, it is greedy: the engine samples in float32, where 1e-45 underflows),
 `top_p` in (0, 1] (the most likely token is always kept, so a tiny top_p is greedy too),
 `top_k` >= -1 (0 and -1: off), penalties finite in [-2, 2], at most `MAX_STOP_SEQUENCES`
-non-empty stop strings of at most `MAX_STOP_CHARS` characters.
+non-empty stop strings of at most `MAX_STOP_CHARS` characters, `stream_options` an object of
+booleans (or nulls) sent with `stream: true` only (`StreamOptions`).
 
 OpenAI parameters the engine does not honour (`REFUSED`) are refused with a 400 naming the
 parameter (`param`, code `unsupported_parameter`) whenever they ask for something other than
@@ -38,6 +39,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -91,6 +93,17 @@ REFUSED: dict[str, Callable[[Any], bool]] = {
 MAX_SHOWN_CHARS = 60
 
 
+class StreamOptions(BaseModel):
+    """`stream_options`: OpenAI's `include_usage` (a last chunk with the usage) and vLLM's
+    `continuous_usage_stats` (usage in every chunk too), each a boolean or null (unset).
+    Other keys are ignored, as vLLM ignores them (OpenAI adds some, `include_obfuscation`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -104,7 +117,7 @@ class _Request(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2, allow_inf_nan=False)
     stop: str | list[str] | None = None
     stream: bool = False
-    stream_options: dict[str, Any] | None = None
+    stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)
 
@@ -118,6 +131,17 @@ class _Request(BaseModel):
             raise ValueError(f"every stop sequence has 1 to {MAX_STOP_CHARS} characters")
         return stop
 
+    @field_validator("stream_options")
+    @classmethod
+    def _options_need_a_stream(
+        cls, options: StreamOptions | None, info: ValidationInfo
+    ) -> StreamOptions | None:
+        """As vLLM and OpenAI: options of a stream, so only with `stream: true` (a `stream`
+        that failed its own check is not in `info.data`: its error is the one reported)."""
+        if options is not None and info.data.get("stream", True) is False:
+            raise ValueError("only allowed with stream: true")
+        return options
+
     @property
     def stops(self) -> list[str]:
         if self.stop is None:
@@ -126,14 +150,14 @@ class _Request(BaseModel):
 
     @property
     def include_usage(self) -> bool:
-        return bool(self.stream_options and self.stream_options.get("include_usage"))
+        return self.stream_options is not None and bool(self.stream_options.include_usage)
 
     @property
     def continuous_usage(self) -> bool:
         """vLLM's `stream_options.continuous_usage_stats` (with `include_usage`): usage in
         every chunk of a stream, not only in the last one."""
-        asked = bool(self.stream_options and self.stream_options.get("continuous_usage_stats"))
-        return asked and self.include_usage
+        options = self.stream_options
+        return options is not None and bool(options.continuous_usage_stats) and self.include_usage
 
     @property
     def sampling_temperature(self) -> float:

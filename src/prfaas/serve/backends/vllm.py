@@ -70,6 +70,7 @@ from prfaas.serve.errors import (
     NoCapacityError,
     ServeError,
 )
+from prfaas.serve.json_lines import split_lines
 from prfaas.serve.launcher import die_with_parent
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError, UnsupportedConfigError
@@ -533,10 +534,11 @@ class VllmBackend:
         finish: str | None = body.first_finish_reason or ("stop" if stopped else None)
         if body.first_finish_reason and not stopped:
             text.text = ""  # EOS or a stop token id: vLLM leaves that token out of the text
-        ends = finish is not None or body.sampling.max_tokens == 1
-        out.put_nowait(Token(body.first_token, text=text.delta(finished=ends)))
+        if finish is None and body.sampling.max_tokens == 1:
+            finish = "length"
+        out.put_nowait(Token(body.first_token, text=text.delta(finished=finish is not None)))
         try:
-            if body.sampling.max_tokens > 1 and finish is None:
+            if finish is None:
                 finish = await self._continue(body, ids, text, out)
             elif body.sampling.max_tokens > 1:  # no decode will load the staged KV
                 with contextlib.suppress(ServeError):
@@ -544,13 +546,15 @@ class VllmBackend:
         except Exception as err:
             out.put_nowait(err)
             return
-        out.put_nowait(Finished(len(body.token_ids), tuple(ids), text.text, finish or "length"))
+        out.put_nowait(Finished(len(body.token_ids), tuple(ids), text.text, finish))
 
     async def _continue(
         self, body: p.DecodeRequest, ids: list[int], text: OutputText, out: asyncio.Queue[Item]
-    ) -> str | None:
+    ) -> str:
         """Decode from the first token on: the child's prompt is the prompt plus that token,
-        whose KV the connector loads. Returns the finish reason."""
+        whose KV the connector loads. Returns the finish reason; the child's error event (its
+        engine died: vLLM sends it, then `[DONE]`) or a stream that ends without a finish
+        reason raises `InstanceFailedError`, so a broken decode is never a short success."""
         assert self._client is not None
         request = {
             "model": self._deployment.model_name,
@@ -566,10 +570,10 @@ class VllmBackend:
             if response.status_code != 200:
                 await response.aread()
                 raise _child_error(response)
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
+            async for line in split_lines(response.aiter_bytes()):
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
                     continue
-                for choice in json.loads(line[6:]).get("choices", []):
+                for choice in _choices(json.loads(line[6:])):
                     finish = choice.get("finish_reason") or finish
                     new = list(choice.get("token_ids") or [])
                     logprobs = self._logprobs(choice, body.sampling.logprobs)
@@ -582,6 +586,8 @@ class VllmBackend:
                         out.put_nowait(Token(token_id, logprobs[k], text=delta))
                         if stopped:  # leaving the stream aborts it in vLLM
                             return "stop"
+        if finish is None:
+            raise InstanceFailedError("vLLM's decode stream ended without a finish reason")
         return finish
 
     async def _discard(self, body: p.DecodeRequest) -> None:
@@ -662,6 +668,16 @@ def vllm_sampling(sampling: p.Sampling, max_tokens: int, *, stop: bool) -> dict[
     if sampling.logprobs is not None:  # keyed "token_id:N": ids, not texts that collide
         fields.update(logprobs=sampling.logprobs, return_tokens_as_token_ids=True)
     return fields
+
+
+def _choices(event: Any) -> list[dict[str, Any]]:
+    """The choices of one event of the child's completion stream; its error event (vLLM's
+    `{"error": {...}}`, or its older `{"object": "error", ...}`) as `InstanceFailedError`."""
+    if not isinstance(event, dict) or "choices" not in event:
+        error = event.get("error", event) if isinstance(event, dict) else event
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise InstanceFailedError(f"vLLM failed mid-stream: {str(message)[:200]}")
+    return list(event["choices"])
 
 
 def _child_error(response: httpx.Response) -> Exception:
