@@ -331,21 +331,51 @@ def test_unset_sampling_fields_take_the_models_generation_config(stack: Stack) -
 
 def test_a_chat_without_max_tokens_may_fill_the_context(stack: Stack) -> None:
     """As in `vllm serve` alone, a chat that names no `max_tokens` runs to the end of the
-    context (completions: 16): here a prompt 6 tokens short of it."""
+    context (completions: 16): here a prompt 6 tokens short of it.
+
+    The text must equal the single engine's unless the two greedy paths part at a near tie:
+    the decode child computes the first output token in a one-token prefill where the single
+    engine runs a decode step, and on some CPUs the last digits of a random-weight model's
+    logits differ between those kernels (seen on another host: equal until the last three
+    tokens). A parting where the reference's two best tokens are not within 0.1 fails."""
     probe = {"model": stack.model, "messages": [{"role": "user", "content": ""}]}
     overhead = httpx.post(stack.pd_url + "/tokenize", json=probe, timeout=60).json()["count"]
     content = (LONG * 5)[: 4096 - 6 - overhead]  # byte-level: one token per character
-    body = {"model": stack.model, "messages": [{"role": "user", "content": content}]}
+    body = {
+        "model": stack.model,
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
     answers = [
-        httpx.post(base + "/v1/chat/completions", json=body | {"temperature": 0}, timeout=600)
+        httpx.post(base + "/v1/chat/completions", json=body, timeout=600)
         for base in (stack.pd_url, stack.reference_url)
     ]
     got, expected = (answer.json() for answer in answers)
     counts = ("prompt_tokens", "completion_tokens")
     assert [got["usage"][k] for k in counts] == [expected["usage"][k] for k in counts]
     assert got["usage"]["prompt_tokens"] == 4090
-    assert got["choices"][0]["message"]["content"] == expected["choices"][0]["message"]["content"]
     assert got["choices"][0]["finish_reason"] == expected["choices"][0]["finish_reason"]
+    texts = [answer["choices"][0]["message"]["content"] for answer in (got, expected)]
+    if texts[0] == texts[1]:
+        return
+    # parted: at a near tie, or the text of equal tokens was lost (a defect). At a near tie the
+    # two chosen tokens' logprobs agree too, and byte tokens share a text, so the first token
+    # seen to differ may come a step later: a near tie at or before it
+    have, want = (answer["choices"][0]["logprobs"]["content"] for answer in (got, expected))
+    parted = next(
+        (k for k, (a, b) in enumerate(zip(have, want, strict=True)) if a["bytes"] != b["bytes"]),
+        None,
+    )
+    assert parted is not None, f"the same tokens, other text: {texts}"
+    gaps = [_top_two_gap(step) for step in want[: parted + 1]]
+    assert min(gaps) < 0.1, f"parted at token {parted} of {len(want)} without a near tie"
+
+
+def _top_two_gap(step: dict[str, Any]) -> float:
+    best, second = sorted((e["logprob"] for e in step["top_logprobs"]), reverse=True)
+    return float(best - second)
 
 
 def test_repeated_long_prompt_hits_vllms_prefix_cache(stack: Stack) -> None:
