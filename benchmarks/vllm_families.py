@@ -84,6 +84,28 @@ FAMILIES: dict[str, dict[str, Any]] = {
         if k not in ("num_key_value_heads", "head_dim")
     },
     "mixtral": _family("MixtralForCausalLM", "mixtral", **_EXPERTS),
+    # partial rotary embedding (a quarter of each head), LayerNorm with bias
+    "stablelm": _family(
+        "StableLmForCausalLM", "stablelm", partial_rotary_factor=0.25, layer_norm_eps=1e-5
+    ),
+    # Granite-4.0-H: Mamba2 and attention layers, experts with a shared MLP
+    "granitemoehybrid": _family(
+        "GraniteMoeHybridForCausalLM",
+        "granitemoehybrid",
+        num_hidden_layers=4,
+        layer_types=["mamba", "attention", "mamba", "attention"],
+        mamba_n_heads=4,
+        mamba_d_head=64,
+        mamba_d_state=16,
+        mamba_n_groups=1,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_chunk_size=64,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        shared_intermediate_size=256,
+        position_embedding_type="rope",
+    ),
     "mamba": {
         "architectures": ["MambaForCausalLM"],
         "model_type": "mamba",

