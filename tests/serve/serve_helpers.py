@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from prfaas.serve.config import (
     Backend,
@@ -49,3 +58,59 @@ def emulated_deployment(
         ),
     )
     return deployment.model_copy(update=updates)
+
+
+def make_certificate(where: Path, hostname: str) -> tuple[Path, Path]:
+    """A self-signed certificate for `hostname` and its key (skips without openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={hostname}",
+         "-addext", f"subjectAltName=DNS:{hostname}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@contextmanager
+def recording_relay(target: tuple[str, int]) -> Iterator[tuple[int, bytearray]]:
+    """A TCP relay on a free loopback port to `target`: yields its port and every byte the
+    connecting side sent through it (what a capture on the link would see)."""
+    seen = bytearray()
+    lock = threading.Lock()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pump(source: socket.socket, sink: socket.socket, record: bool) -> None:
+        with source, sink:
+            while data := _recv(source):
+                if record:
+                    with lock:
+                        seen.extend(data)
+                sink.sendall(data)
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed: the relay is over
+                return
+            upstream = socket.create_connection(target)
+            threading.Thread(target=pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(
+                target=pump, args=(upstream.dup(), client.dup(), False), daemon=True
+            ).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], seen
+    finally:
+        listener.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""

@@ -5,16 +5,14 @@ loopback) whose PrfaaS-path request crosses the inter-cluster link in TLS."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import ssl
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_instance, make_certificate
 
 from prfaas.serve.config import (
     Deployment,
@@ -34,17 +32,7 @@ LONG = "a much longer prompt " * 20  # 421 tokens > t = 128
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a test certificate")
-    where = tmp_path_factory.mktemp("tls")
-    cert, key = where / "cert.pem", where / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={HOSTNAME}",
-         "-addext", f"subjectAltName=DNS:{HOSTNAME}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
+    return make_certificate(tmp_path_factory.mktemp("tls"), HOSTNAME)
 
 
 def _base(tls: TlsSpec | None) -> Deployment:

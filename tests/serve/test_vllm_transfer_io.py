@@ -10,13 +10,17 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from serve_helpers import make_certificate, recording_relay
 
+from prfaas.integrations.vllm.settings import ConnectorSettings, TlsFiles
 from prfaas.integrations.vllm.transfer_io import IoSettings, TransferIO
 from prfaas.serve.config import free_port
-from prfaas.transfer import PeerAddress, PeerIdentity, SliceKey
+from prfaas.transfer import PeerAddress, PeerIdentity, SliceKey, TlsConfig
+from prfaas.transfer.wire import MAGIC, PROTOCOL_VERSION, FrameKind
 
 SECRET = b"transfer-io-test-secret-0123456789"
 IDENTITY = PeerIdentity(b"f" * 32, 128, 0)
@@ -115,3 +119,47 @@ def test_its_threads_run_on_every_cpu_though_vllm_pinned_the_process() -> None:
     assert done.returncode == 0, done.stderr
     # the loop thread free, the caller still pinned
     assert done.stdout.strip() == f"{every} [{every[0]}]"
+
+
+MARKER = b"prfaas-kv-bytes:"  # a payload a capture would recognise
+HELLO = MAGIC + bytes([PROTOCOL_VERSION, FrameKind.HELLO])  # the first frame's first bytes
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "tls"])
+def test_a_tls_deployments_kv_crosses_the_wire_encrypted(tmp_path: Path, encrypted: bool) -> None:
+    """With the deployment's TLS files in the connector's settings (what the instance shell
+    writes into `kv_connector_extra_config`), a capture of the transfer port holds no frame
+    header (HELLO included) and no KV byte; without them it holds both, which shows the capture
+    sees what crosses."""
+    hostname = "kv.prfaas.test"
+    cert, key = make_certificate(tmp_path, hostname)
+    files = TlsFiles(
+        cert_file=str(cert), key_file=str(key), ca_file=str(cert), server_hostname=hostname
+    )
+    settings = ConnectorSettings(listen_host="127.0.0.1", listen_port=0, tls=files)
+    tls: TlsConfig | None = settings.tls.config() if encrypted and settings.tls else None
+    receiver_port = free_port()
+    receiver = TransferIO(
+        IoSettings("127.0.0.1", receiver_port, SECRET, True, None, 64 * 2**20, None, tls=tls),
+        IDENTITY,
+    )
+    sender = TransferIO(
+        IoSettings("127.0.0.1", free_port(), SECRET, True, None, 64 * 2**20, None, tls=tls),
+        IDENTITY,
+    )
+    block = np.frombuffer(MARKER * 4096, dtype=np.uint8)
+    try:
+        with recording_relay(("127.0.0.1", receiver_port)) as (relay_port, seen):
+            peer = PeerAddress("127.0.0.1", relay_port)
+            key_ = SliceKey(0, 0, 0, 128)
+            sender.send_slice("t0", peer, key_, dtype="uint8", shape=block.shape, payload=block)
+            sender.finish("t0", peer)
+            _until(lambda: receiver.poll_arrival("t0") is not None, "the arrival")
+            assert receiver.poll_arrival("t0") == (True, "")
+            assert receiver.claim("t0")[key_][1] == block.tobytes()
+            captured = bytes(seen)
+    finally:
+        sender.close()
+        receiver.close()
+    assert captured, "nothing crossed the relay"
+    assert (HELLO in captured, MARKER in captured) == (not encrypted, not encrypted)

@@ -425,6 +425,7 @@ class _Worker:
                 sink_bytes=settings.sink_mib * 2**20,
                 status_path=settings.status_path,
                 staged_ttl_s=settings.staged_ttl_s,
+                tls=None if settings.tls is None else settings.tls.config(),
                 cache_layout=cache_layout(groups),
             ),
             settings.peer_identity(

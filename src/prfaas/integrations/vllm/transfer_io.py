@@ -44,6 +44,7 @@ from prfaas.transfer import (
     SliceKey,
     SliceMeta,
     TcpTransport,
+    TlsConfig,
     TransferAborted,
     TransferConfig,
     TransferReceived,
@@ -93,6 +94,7 @@ class IoSettings:
     status_path: str | None
     move_rate_limit_bytes_per_s: float | None = None  # PD: moves cross the link
     staged_ttl_s: float = 120.0
+    tls: TlsConfig | None = None
     status_interval_s: float = 0.5
     num_connections: int = 2
     timings: list[TransferTiming] = field(default_factory=list)
@@ -149,12 +151,12 @@ class TransferIO:
             secret=s.secret, num_connections=s.num_connections, payload_checks=s.payload_checks
         )
         self.sink = ArraySink(s.sink_bytes)
-        self.sender = Sender(config, self._identity, TcpTransport())
+        self.sender = Sender(config, self._identity, TcpTransport(s.tls))
         self.move_sender = self.sender
         if s.move_rate_limit_bytes_per_s is not None:
             paced = replace(config, rate_limit_bytes_per_s=s.move_rate_limit_bytes_per_s)
-            self.move_sender = Sender(paced, self._identity, TcpTransport())
-        self.receiver = Receiver(receive_config, self._identity, TcpTransport(), self.sink)
+            self.move_sender = Sender(paced, self._identity, TcpTransport(s.tls))
+        self.receiver = Receiver(receive_config, self._identity, TcpTransport(s.tls), self.sink)
         await self.receiver.start(PeerAddress(s.listen_host, s.listen_port))
         self._tasks = [
             asyncio.create_task(self._pump_arrivals()),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -68,6 +69,7 @@ from prfaas.serve.config import (
     InstanceSpec,
     free_port,
     transfer_secret,
+    transfer_tls,
 )
 from prfaas.serve.errors import (
     BadRequestError,
@@ -217,6 +219,9 @@ class VllmBackend:
             "staged_ttl_s": d.router.request_timeout_s,
             "load_timeout_s": d.router.request_timeout_s,
         }
+        tls = transfer_tls(d)
+        if tls is not None:  # the connector's transfers in TLS, as the shell's
+            extra["tls"] = dataclasses.asdict(tls)
         if spec.role is InstanceRole.PRFAAS_PREFILL:
             extra["rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
         else:  # a PD instance's cache moves cross the link
