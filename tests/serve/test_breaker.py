@@ -1,0 +1,43 @@
+"""Issue 26 item 2: an instance is taken out by its own failures (`serve.breaker`).
+
+Its engine died, its shell still answers `/state`: every request placed on it failed. The
+breaker opens after `threshold` failures in a row, for `cooldown_s`, then lets the next
+request decide. Time is a number passed in.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prfaas.serve.breaker import FailureBreaker
+
+
+def test_three_failures_in_a_row_open_it_for_the_cooldown_then_one_try_decides() -> None:
+    b = FailureBreaker(threshold=3, cooldown_s=10.0)
+    b.failed(0.0)
+    b.failed(1.0)
+    assert not b.is_open(1.0)
+    b.failed(2.0)
+    assert b.is_open(2.0) and b.is_open(11.9) and not b.is_open(12.0)
+    b.failed(12.5)  # half-open: the one try failed, out again at once
+    assert b.is_open(12.5) and not b.is_open(22.5)
+    b.succeeded()
+    b.failed(23.0)
+    assert not b.is_open(23.0)
+
+
+@given(st.lists(st.booleans(), max_size=30), st.integers(1, 5))
+def test_it_is_open_exactly_after_threshold_failures_since_the_last_success(
+    outcomes: list[bool], threshold: int
+) -> None:
+    b = FailureBreaker(threshold=threshold, cooldown_s=5.0)
+    run = 0
+    for t, ok in enumerate(outcomes):
+        if ok:
+            b.succeeded()
+            run = 0
+        else:
+            b.failed(float(t))
+            run += 1
+        assert b.is_open(float(t)) is (run >= threshold)
