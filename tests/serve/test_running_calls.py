@@ -3,7 +3,8 @@
 A non-streamed call runs on when its caller leaves (Starlette does not cancel it), so the
 router's `/cancel` is what stops a prefill whose client left: the call's task is cancelled
 (its `finally` and `except` blocks run: the transfer is aborted, the engine work dropped)
-and it answers 409. A cancellation of the caller itself (shutdown) still propagates.
+and it answers 409. A cancellation of the caller itself (shutdown) still propagates, and a
+call whose `/cancel` came first is refused before it runs.
 """
 
 from __future__ import annotations
@@ -67,3 +68,21 @@ def test_a_second_call_for_a_running_request_is_refused() -> None:
         first.cancel()
 
     asyncio.run(run())
+
+
+def test_a_call_whose_cancel_came_first_is_refused_and_never_runs() -> None:
+    """`/cancel` overtook its `/prefill` (they come on different connections)."""
+    calls = RunningCalls()
+    ran: list[str] = []
+
+    async def prefill() -> None:
+        ran.append("prefill")
+
+    async def run() -> None:
+        assert not calls.cancel("r1")
+        with pytest.raises(ConflictError, match="r1 was cancelled"):
+            await calls.run("r1", prefill())
+        await calls.run("r2", prefill())  # other requests run
+
+    asyncio.run(run())
+    assert ran == ["prefill"]

@@ -5,18 +5,22 @@ to its end), so a prefill whose client left would run on, ship its KV and hold t
 side's pages. The router therefore sends `POST /cancel` for every request that ends without
 its decode (`serve.flow`); the instance cancels the call's task here, which aborts its
 transfer (the receiver frees the pages) and cancels its work in the backend. The call then
-answers 409 `cancelled`, to a caller that is usually gone.
+answers 409 `cancelled`, to a caller that is usually gone. A `/cancel` that overtakes its
+call (it comes on another connection) is remembered (the last `MAX_CANCELLED` ids), and the
+call is refused with the same 409 when it arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from prfaas.serve.errors import ConflictError
 
 _T = TypeVar("_T")
+MAX_CANCELLED = 4096
 
 
 class RunningCalls:
@@ -25,12 +29,17 @@ class RunningCalls:
     def __init__(self) -> None:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._cancelled: set[asyncio.Task[Any]] = set()
+        self._early: OrderedDict[str, None] = OrderedDict()  # cancelled before they came
 
     def __len__(self) -> int:
         return len(self._tasks)
 
     async def run(self, request_id: str, work: Coroutine[Any, Any, _T]) -> _T:
         """`work`'s result; 409 when `cancel(request_id)` ended it first."""
+        if request_id in self._early:
+            del self._early[request_id]
+            work.close()
+            raise ConflictError(f"request {request_id} was cancelled")
         if request_id in self._tasks:
             work.close()
             raise ConflictError(f"request {request_id} is running already")
@@ -47,9 +56,13 @@ class RunningCalls:
             self._cancelled.discard(task)
 
     def cancel(self, request_id: str) -> bool:
-        """Cancel the call running for `request_id` (False: none is)."""
+        """Cancel the call running for `request_id` (False: none is; a call for it that
+        comes later is refused)."""
         task = self._tasks.get(request_id)
         if task is None or task.done():
+            self._early[request_id] = None
+            while len(self._early) > MAX_CANCELLED:
+                self._early.popitem(last=False)
             return False
         self._cancelled.add(task)
         task.cancel()
