@@ -130,6 +130,7 @@ class Registry:
         self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
         if inst.info is not None and info.boot_id != inst.info.boot_id:
             inst.restarts += 1
+            inst.breaker = FailureBreaker()  # a new process: its failures start again
         inst.info, inst.next_seq, inst.is_healthy = info, 0, True
         inst.last_poll_s = None
         if epoch == inst.role_epoch:
