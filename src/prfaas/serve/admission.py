@@ -78,13 +78,16 @@ class AdmissionRejectedError(ServeError):
         return JSONResponse(self.body(), status_code=429, headers={"Retry-After": retry})
 
 
-async def route_admitted(rt: RouterRuntime, route: RouteRequest) -> RouteDecision:
-    """Route `route`, waiting out deferrals; raise 429 on an admission rejection, 503 when no
-    instance can take it."""
+async def route_admitted(
+    rt: RouterRuntime, route: RouteRequest, excluded: frozenset[str] = frozenset()
+) -> RouteDecision:
+    """Route `route` on any instance but `excluded` (those that failed it already), waiting
+    out deferrals; raise 429 on an admission rejection, 503 when no instance can take it."""
     started_s = rt.now_s()
     while True:
         now_s = rt.now_s()
-        decision = rt.scheduler.route(route, rt.registry.view(now_s), now_s - started_s)
+        view = rt.registry.view(now_s, excluded)
+        decision = rt.scheduler.route(route, view, now_s - started_s)
         if isinstance(decision, Deferral):
             rt.metrics.admission_deferrals.inc()
             await asyncio.sleep(decision.retry_after_s)

@@ -189,6 +189,7 @@ class InstanceBackend(Protocol):
     num_waiting: int
     num_running: int
     free_pages: int
+    held_pages: int  # pool pages referenced by requests (0 when idle; not the cached ones)
 
     def start(self) -> None: ...
 

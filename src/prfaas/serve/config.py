@@ -193,6 +193,9 @@ class EmulationSpec(_Strict):
     byte_factor: float = Field(default=1 / 256, gt=0, le=1)
     max_context_tokens: int = Field(default=135_168, gt=0)
     output_text: str | None = Field(default=None, min_length=1, max_length=4096)
+    # fault injection (tests, drills): these instances' emulated engines are dead, so every
+    # call that needs one (tokenize, prefill, decode) answers 502, while /state answers
+    dead_engines: tuple[str, ...] = ()
 
 
 class SupervisorSpec(_Strict):

@@ -97,7 +97,7 @@ def _cache_moves(rt: RouterRuntime) -> dict[str, Any]:
     recent = [
         {"t_s": r["t_s"], "request_id": r["request_id"], **r["move"]}
         for r in rt.recent
-        if r.get("move")
+        if r.get("move") and not r["move"].get("joined")  # each move once
     ]
     moved_bytes = registry.get_sample_value("prfaas:cache_move_bytes_total") or 0
     return {"counts": counts, "bytes": int(moved_bytes), "recent": recent[-20:]}

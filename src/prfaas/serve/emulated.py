@@ -54,7 +54,7 @@ from prfaas.serve.backend import (
     Token,
 )
 from prfaas.serve.config import Deployment, InstanceSpec
-from prfaas.serve.errors import BadRequestError
+from prfaas.serve.errors import BadRequestError, InstanceFailedError
 from prfaas.serve.profile import PrefillTiming
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 from prfaas.specs.model import ModelSpec
@@ -129,6 +129,7 @@ class EmulatedBackend:
         self.profile = profile_for(self.model, get_chip(spec.chip), spec.gpus_per_instance)
         self.emulation = deployment.emulation
         self.script = (self.emulation.output_text or "").encode()
+        self.name = spec.name
         self.max_batch_size = spec.max_batch_size
         config = CacheConfig.for_model(
             self.model,
@@ -154,13 +155,15 @@ class EmulatedBackend:
         self.num_waiting = 0
         self.num_running = 0
         self.free_pages = self.pool.pool.num_free_pages
+        self.held_pages = 0
         self._prefills: asyncio.Queue[_Prefill] | None = None
+        self._prefill_ids: set[str] = set()  # queued or running; `cancel` takes one out
         self._decodes: dict[str, _Decode] = {}
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
         self._next_seq = 0
-        self._is_prefilling = False
+        self._prefilling: str | None = None  # the request whose prefill runs
         self._step_due_s: float | None = None  # when the decode step in progress ends
 
     # --- lifecycle and the small things --------------------------------------------------
@@ -178,7 +181,14 @@ class EmulatedBackend:
         for task in self._tasks:
             task.cancel()
 
+    def _check_alive(self) -> None:
+        """502 when this engine is dead (`emulation.dead_engines`: fault injection), as a
+        dead vLLM child answers: the instance's shell stays up and answers `/state`."""
+        if self.name in self.emulation.dead_engines:
+            raise InstanceFailedError(f"the engine of {self.name} is dead (emulation.dead_engines)")
+
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        self._check_alive()
         if not text:
             raise BadRequestError("the prompt is empty")
         ids = list(text.encode("utf-8"))
@@ -203,11 +213,13 @@ class EmulatedBackend:
         tokens: list[int],
         sampling: p.Sampling,
     ) -> asyncio.Queue[Item]:
+        self._check_alive()
         _no_logprobs(sampling)
         self._check_fits(tokens, sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
         assert self._prefills is not None, "start() first"
         self._prefills.put_nowait(_Prefill(request_id, tokens, out))
+        self._prefill_ids.add(request_id)
         self._publish()
         return out
 
@@ -215,13 +227,16 @@ class EmulatedBackend:
         assert self._prefills is not None
         while True:
             job = await self._prefills.get()
-            self._is_prefilling = True
+            if job.request_id not in self._prefill_ids:
+                continue  # cancelled while it queued
+            self._prefilling = job.request_id
             try:
                 await self._prefill(job)
             except Exception as err:
                 job.out.put_nowait(err)
             finally:
-                self._is_prefilling = False
+                self._prefill_ids.discard(job.request_id)
+                self._prefilling = None
                 self._publish()
 
     async def _prefill(self, job: _Prefill) -> None:
@@ -240,6 +255,8 @@ class EmulatedBackend:
             started_s = loop.time()
             for layer, (group, nbytes) in enumerate(sizes):
                 await _sleep_until(loop, started_s + (layer + 1) * step_s)
+                if job.request_id not in self._prefill_ids:
+                    return  # cancelled: its pages go back, nothing is cached
                 job.out.put_nowait(KvSlice(layer, group, 0, n, "uint8", (nbytes,), bytes(nbytes)))
             self.pool.commit(rid)
         finally:
@@ -254,6 +271,7 @@ class EmulatedBackend:
         body: p.DecodeRequest,
         slices: Sequence[KvSlice],
     ) -> asyncio.Queue[Item]:
+        self._check_alive()
         _no_logprobs(body.sampling)
         self._check_fits(body.token_ids, body.sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
@@ -264,6 +282,9 @@ class EmulatedBackend:
         return out
 
     def cancel(self, request_id: str) -> None:
+        """Drop the request's prefill (queued: skipped; running: stopped at its next layer)
+        and its decode (its slot and pages freed)."""
+        self._prefill_ids.discard(request_id)
         job = self._decodes.pop(request_id, None)
         if job is not None and job.is_admitted:
             self.pool.release(RequestId(request_id))
@@ -374,8 +395,10 @@ class EmulatedBackend:
         for event in self.pool.take_events():
             self._events.append(SeqEvent(self._next_seq, event))
             self._next_seq += 1
-        queued = self._prefills.qsize() if self._prefills is not None else 0
+        queued = len(self._prefill_ids - {self._prefilling})  # not the cancelled ones
         admitted = sum(1 for j in self._decodes.values() if j.is_admitted)
         self.num_waiting = queued + len(self._decodes) - admitted
-        self.num_running = admitted + int(self._is_prefilling)
-        self.free_pages = self.pool.pool.num_free_pages
+        self.num_running = admitted + int(self._prefilling is not None)
+        pool = self.pool.pool
+        self.free_pages = pool.num_free_pages
+        self.held_pages = pool.num_pages - pool.num_free_pages - pool.num_evictable_pages

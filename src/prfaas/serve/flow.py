@@ -23,10 +23,14 @@ and every failure is classified first (`AttemptFailed`), because "this request f
                     (`Registry.probe`, a fresh GET /state) fails too: `mark_failed`
 
 A 4xx from an instance is the request's own error (`from_response`), passed on, never
-retried and never held against the instance. Instance health otherwise comes only from the
-registry's polls. After the first token a failure ends the request with
-`InstanceFailedError` (502). The ledger is always released (prefill_done / decode_done, also
-when the prefill fails).
+retried and never held against the instance. A retry never returns to an instance that
+failed the same request (`excluded`; none left: 502 with the last failure), whose own
+failures count against it (`serve.breaker`); tokenizer calls fall back the same way. After
+the first token a failure ends the request with `InstanceFailedError` (502). The ledger is
+always released (prefill_done / decode_done, also when the prefill fails). An attempt that
+ends without completing, at any stage, is cancelled on its instances (`serve.release`,
+`POST /cancel`: prefill call, engine work, arrived KV). Concurrent decisions moving one prefix
+between the same two instances share one move (`RouterRuntime.moves`).
 
 Every attempt's record in `/admin/state` (`recent_decisions`) ends `completed`, `failed`
 (with `error`; `retried: true` when another attempt followed) or `cancelled` (the client went
@@ -71,8 +75,11 @@ from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.profile import LiveProfile, PrefillTiming
 from prfaas.serve.rebalance import SlowLoop, rebalance_policy
 from prfaas.serve.registry import LiveInstance, Registry
+from prfaas.serve.release import cancel_on
+from prfaas.serve.single_flight import SingleFlight
 
 MAX_ATTEMPTS = 3
+MoveKey = tuple[str, str, tuple[int, ...]]  # holder, target, the prefix's tokens
 _Result = TypeVar("_Result", bound=BaseModel)
 MAX_RECENT_DECISIONS = 200
 MAX_ERROR_CHARS = 300
@@ -91,6 +98,8 @@ class RouterRuntime:
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
     )
     slow_loop: SlowLoop = field(init=False)
+    moves: SingleFlight[MoveKey, dict[str, Any]] = field(default_factory=SingleFlight)
+    background: set[asyncio.Task[None]] = field(default_factory=set)  # `/cancel` calls
     _scheduler: GlobalScheduler | None = None
 
     def __post_init__(self) -> None:
@@ -175,7 +184,12 @@ class Placed:
 
 
 class AttemptFailed(Exception):
-    """An attempt failed before anything reached the client: place the request again."""
+    """An attempt failed before anything reached the client: place the request again,
+    on any instance but `instance` (the one that failed it)."""
+
+    def __init__(self, message: str, instance: str) -> None:
+        super().__init__(message)
+        self.instance = instance
 
 
 class RequestFailed(AttemptFailed):
@@ -189,9 +203,10 @@ class InstanceDown(AttemptFailed):
 async def _judge(rt: RouterRuntime, inst: LiveInstance, what: str, err: Exception) -> AttemptFailed:
     """Classify a transport failure of a call to `inst`: down only if the probe fails too."""
     if await rt.registry.probe(inst):
-        return RequestFailed(f"{what} on {inst.name} failed ({err!r}); the instance is up")
+        message = f"{what} on {inst.name} failed ({err!r}); the instance is up"
+        return RequestFailed(message, inst.name)
     rt.registry.mark_failed(inst.name)
-    return InstanceDown(f"{what} instance {inst.name} is down: {err!r}")
+    return InstanceDown(f"{what} instance {inst.name} is down: {err!r}", inst.name)
 
 
 async def tokenize(rt: RouterRuntime, text: str, *, add_special_tokens: bool = True) -> list[int]:
@@ -214,9 +229,10 @@ async def detokenize(rt: RouterRuntime, token_ids: list[int]) -> str:
 
 
 async def _ask_any(rt: RouterRuntime, path: str, body: BaseModel, kind: type[_Result]) -> _Result:
-    """A tokenizer call to the first healthy instance that answers (every instance of a
-    deployment serves the same model, so any one's tokenizer is the model's)."""
-    for inst in rt.registry.healthy():
+    """A tokenizer call to the first instance that answers (all serve the same model),
+    accepting ones first; one that fails (5xx, transport) is counted against, the next asked."""
+    failure: ServeError = NoCapacityError("no instance is up")
+    for inst in sorted(rt.registry.healthy(), key=lambda i: not i.is_accepting):
         try:
             response = await rt.client.post(
                 inst.spec.url + path,
@@ -224,12 +240,17 @@ async def _ask_any(rt: RouterRuntime, path: str, body: BaseModel, kind: type[_Re
                 headers={"content-type": "application/json"},
             )
         except httpx.TransportError as err:
-            await _judge(rt, inst, path.lstrip("/"), err)
+            failure = InstanceFailedError(str(await _judge(rt, inst, path.lstrip("/"), err)))
+            rt.registry.request_failed(inst.name)
+            continue
+        if response.status_code >= 500:
+            failure = InstanceFailedError(f"{path} on {inst.name}: {_message(response.content)}")
+            rt.registry.request_failed(inst.name)
             continue
         if response.status_code != 200:
             raise from_response(response.status_code, response.content)
         return kind.model_validate_json(response.content)
-    raise NoCapacityError("no instance is up")
+    raise failure
 
 
 def check_length(rt: RouterRuntime, tokens: list[int], max_tokens: int) -> None:
@@ -256,22 +277,36 @@ def check_token_ids(rt: RouterRuntime, token_ids: list[int], where: str = "promp
 async def generate(
     rt: RouterRuntime, tokens: list[int], sampling: p.Sampling
 ) -> AsyncGenerator[Placed | p.DecodeChunk]:
-    """Placed, then DecodeChunks; retried on a failed attempt until a token is out."""
+    """Placed, then DecodeChunks; retried on a failed attempt until a token is out, never
+    on an instance that failed this request already."""
+    excluded: set[str] = set()
+    last = ""
     for attempt in range(MAX_ATTEMPTS):
         request_id = f"cmpl-{uuid.uuid4().hex[:24]}"
         emitted = False
         records: list[dict[str, Any]] = []
         try:
-            async for item in _attempt(rt, request_id, tokens, sampling, records):
+            async for item in _attempt(
+                rt, request_id, tokens, sampling, records=records, excluded=excluded
+            ):
                 if isinstance(item, p.DecodeChunk):
                     emitted = True
                 yield item
             return
+        except NoCapacityError:
+            if not excluded:
+                raise  # else: every instance that could take it has failed it
+            rt.metrics.failures.labels("request").inc()
+            raise InstanceFailedError(f"{last}; no other instance can take it") from None
         except AttemptFailed as err:
             kind = "instance" if isinstance(err, InstanceDown) else "request"
+            excluded.add(err.instance)
+            if isinstance(err, RequestFailed):
+                rt.registry.request_failed(err.instance)
+            last = str(err)
             if emitted or attempt == MAX_ATTEMPTS - 1:
                 rt.metrics.failures.labels(kind).inc()
-                raise InstanceFailedError(str(err)) from None
+                raise InstanceFailedError(last) from None
             rt.metrics.failures.labels("retried").inc()
             for record in records:
                 record["retried"] = True
@@ -284,11 +319,13 @@ async def _attempt(
     request_id: str,
     tokens: list[int],
     sampling: p.Sampling,
+    *,
     records: list[dict[str, Any]],
+    excluded: set[str],
 ) -> AsyncIterator[Placed | p.DecodeChunk]:
     hits = rt.registry.hit_tokens(tokens)
     route = RouteRequest(RequestId(request_id), len(tokens), sampling.max_tokens, hits)
-    decision = await route_admitted(rt, route)  # 429 / deferral / 503: serve.admission
+    decision = await route_admitted(rt, route, frozenset(excluded))  # 429, deferral, 503
     record = _record(rt, decision, len(tokens))
     records.append(record)
     rt.metrics.decisions.labels(decision.path.value, decision.reason.value).inc()
@@ -302,6 +339,7 @@ async def _attempt(
         result = await _prefill(rt, decision, tokens, sampling)
     except BaseException as err:
         _ended(record, err)
+        cancel_on(rt.client, rt.background, decision.request_id, _urls(prefill, decode))
         rt.scheduler.decode_done(decision.request_id)  # releases the prefill stage too
         _leave(prefill)
         _leave(decode)
@@ -323,8 +361,10 @@ async def _attempt(
                 first_logprob = None
             yield chunk
         record["status"] = "completed"
+        rt.registry.request_served(prefill.name, decode.name)
     except BaseException as err:
         _ended(record, err)
+        cancel_on(rt.client, rt.background, decision.request_id, _urls(decode))  # its KV
         raise
     finally:
         rt.scheduler.decode_done(decision.request_id)
@@ -332,10 +372,26 @@ async def _attempt(
 
 
 async def _move(rt: RouterRuntime, decision: RouteDecision, tokens: list[int]) -> dict[str, Any]:
-    """Carry out the decision's `CacheMove`: the holder ships its restorable prefix over the
-    inter-cluster link to the prefill instance, which inserts it into its pool, so the prefill
-    that follows hits it. A failed move is reported, never fatal: the prefill then runs cold
-    (the same tokens, more compute)."""
+    """Carry out the decision's `CacheMove`, joining the same move (holder, target, prefix)
+    when another request started it already (`joined: true` in its record; counted in
+    `prfaas:cache_move_joins_total`, not as a move)."""
+    move = decision.cache_move
+    assert move is not None
+    key = (move.source_instance_id, decision.prefill_instance_id, tuple(tokens[: move.tokens]))
+    out, joined = await rt.moves.run(key, lambda: _move_once(rt, decision, tokens))
+    if not joined:
+        return out
+    rt.metrics.cache_move_joins.inc()
+    return {**out, "joined": True}
+
+
+async def _move_once(
+    rt: RouterRuntime, decision: RouteDecision, tokens: list[int]
+) -> dict[str, Any]:
+    """The holder ships its restorable prefix over the inter-cluster link to the prefill
+    instance, which inserts it into its pool, so the prefill that follows hits it. A failed
+    move is reported, never fatal: the prefill then runs cold (the same tokens, more
+    compute)."""
     move = decision.cache_move
     assert move is not None
     source = rt.registry.instances[move.source_instance_id]
@@ -395,6 +451,10 @@ def _ended(record: dict[str, Any], err: BaseException) -> None:
     record["error"] = str(err)[:MAX_ERROR_CHARS] or type(err).__name__
 
 
+def _urls(*instances: LiveInstance) -> list[str]:
+    return [inst.spec.url for inst in instances]
+
+
 def _leave(inst: LiveInstance) -> None:
     inst.inflight = max(0, inst.inflight - 1)
 
@@ -424,7 +484,7 @@ async def _prefill(
     prefill = rt.registry.instances[decision.prefill_instance_id]
     decode = rt.registry.instances[decision.decode_instance_id]
     if decode.info is None:
-        raise RequestFailed(f"decode instance {decode.name} is not registered")
+        raise RequestFailed(f"decode instance {decode.name} is not registered", decode.name)
     from_token = await _decode_holds(rt, decode, tokens)
     body = p.PrefillRequest(
         request_id=decision.request_id,
@@ -444,7 +504,9 @@ async def _prefill(
     except httpx.TransportError as err:
         raise await _judge(rt, prefill, "prefill", err) from None
     if response.status_code >= 500:
-        raise RequestFailed(f"prefill on {prefill.name}: {_message(response.content)}")
+        raise RequestFailed(
+            f"prefill on {prefill.name}: {_message(response.content)}", prefill.name
+        )
     if response.status_code != 200:
         raise from_response(response.status_code, response.content)
     return p.PrefillResult.model_validate_json(response.content)
@@ -493,13 +555,13 @@ async def _decode(
             if response.status_code != 200:
                 raw = await response.aread()
                 if response.status_code >= 500:
-                    raise RequestFailed(f"decode on {decode.name}: {_message(raw)}")
+                    raise RequestFailed(f"decode on {decode.name}: {_message(raw)}", decode.name)
                 raise from_response(response.status_code, raw)
             is_final = is_started = False
             async for line in split_lines(response.aiter_bytes()):
                 chunk = _chunk(line, decode, is_started)
                 if chunk.error is not None and not is_started:
-                    raise RequestFailed(f"decode on {decode.name}: {chunk.error}")
+                    raise RequestFailed(f"decode on {decode.name}: {chunk.error}", decode.name)
                 if chunk.error is not None:
                     raise InstanceFailedError(f"decode on {decode.name}: {chunk.error}")
                 is_started = True
@@ -507,7 +569,8 @@ async def _decode(
                 if chunk.finish_reason is not None:
                     is_final = True
             if not is_final:
-                raise RequestFailed(f"decode instance {decode.name} broke off the stream")
+                message = f"decode instance {decode.name} broke off the stream"
+                raise RequestFailed(message, decode.name)
     except httpx.TransportError as err:
         raise await _judge(rt, decode, "decode", err) from None
 
@@ -519,7 +582,9 @@ def _chunk(line: bytes, decode: LiveInstance, is_started: bool) -> p.DecodeChunk
         return p.DecodeChunk.model_validate_json(line)
     except ValidationError:
         what = f"decode on {decode.name}: not a DecodeChunk line: {line[:80]!r}"
-        raise (InstanceFailedError(what) if is_started else RequestFailed(what)) from None
+        raise (
+            InstanceFailedError(what) if is_started else RequestFailed(what, decode.name)
+        ) from None
 
 
 def _message(raw: bytes) -> str:

@@ -24,6 +24,9 @@ paced like the link (token bucket plus delay) for prefixes it moves to the Prfaa
     POST /prefix/send    (holder) export the restorable prefix of a prompt from the pool and
                          ship it to the target's transfer endpoint (cross-cluster move)
     POST /prefix/import  (target) wait for that move's slices, insert them into the pool
+    POST /cancel   the request ended without its decode (the router's word): its prefill
+                   call here is cancelled (`serve.running_calls`), KV that arrived or
+                   arrives for it is released (`serve.kv_claims`), its engine work dropped
 
 Every call must be signed for this instance with the deployment's secret (`serve.control_auth`:
 401 otherwise, before the body is read), within the router's limits (`serve.edge`, the
@@ -31,7 +34,9 @@ deployment's `instance_edge`); `/prefill` and `/prefix/send` connect only to tra
 endpoints the deployment file names (`transfer_peer`: 400 for any other address).
 
 Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
-endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three.
+endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three. What an instance
+holds for requests in progress is in `/state` `resources` (`serve.instance_state`): all 0
+when it is idle.
 """
 
 from __future__ import annotations
@@ -79,18 +84,19 @@ from prfaas.serve.errors import (
     NoCapacityError,
     ServeError,
 )
+from prfaas.serve.instance_state import instance_state
 from prfaas.serve.json_lines import json_line
+from prfaas.serve.kv_claims import KvClaims
 from prfaas.serve.kvlink import (
     DelayedTransport,
-    committed_records,
     token_bucket_bytes_per_s,
     transports_for,
 )
 from prfaas.serve.profile import PrefillTiming
+from prfaas.serve.running_calls import RunningCalls
 from prfaas.serve.stream_text import StreamedText
 from prfaas.transfer import (
     ArraySink,
-    LinkSignals,
     PeerAddress,
     Receiver,
     RequestId,
@@ -104,6 +110,7 @@ from prfaas.transfer import (
 )
 
 ARRIVAL_TIMEOUT_S = 60.0
+HOUSEKEEPING_PERIOD_S = 1.0
 SINK_BYTES = 128 * 2**20
 
 
@@ -153,16 +160,10 @@ class InstanceRuntime:
     move_sender: Sender | None = None
     receiver: Receiver | None = None
     sink: ArraySink | None = None
-    arrivals: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    claims: KvClaims | None = None  # arrived KV by request id (with `sink`)
+    calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
     activity: Activity = field(default_factory=Activity)
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
-
-    def arrival(self, request_id: str) -> asyncio.Future[int]:
-        fut = self.arrivals.get(request_id)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self.arrivals[request_id] = fut
-        return fut
 
 
 def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
@@ -244,24 +245,33 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
         delayed = DelayedTransport(TcpTransport(transfer_tls(rt.deployment)), link.rtt_ms / 1e3)
         rt.move_sender = Sender(paced, identity, delayed)
     rt.sink = ArraySink(SINK_BYTES)
+    rt.claims = KvClaims(rt.sink)
     rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
     await rt.receiver.start(PeerAddress(rt.spec.host, rt.spec.transfer_port))
 
 
 async def _pump_arrivals(rt: InstanceRuntime) -> None:
-    """Receiver events -> per-request futures the /decode handlers wait on."""
-    assert rt.receiver is not None
+    """Receiver events -> the claims ledger the /decode handlers wait on."""
+    assert rt.receiver is not None and rt.claims is not None
     while True:
         await rt.receiver.wait_for_events()
         for event in rt.receiver.take_events():
             if isinstance(event, TransferReceived):
-                fut = rt.arrival(event.request_id)
-                if not fut.done():
-                    fut.set_result(event.payload_bytes)
+                rt.claims.arrived(event.request_id)
             elif isinstance(event, TransferAborted):
-                fut = rt.arrival(event.request_id)
-                if not fut.done():
-                    fut.set_exception(InstanceFailedError(f"KV transfer aborted: {event.message}"))
+                rt.claims.aborted(event.request_id, event.message)
+
+
+async def _housekeeping(rt: InstanceRuntime) -> None:
+    """Every second: KV unclaimed past its lifetime is released (`KvClaims.expire`), and the
+    senders' transfer events, which nothing here reads, are dropped so they never pile up."""
+    while True:
+        await asyncio.sleep(HOUSEKEEPING_PERIOD_S)
+        if rt.claims is not None:
+            rt.claims.expire()
+        for sender in (rt.sender, rt.move_sender):
+            if sender is not None:
+                sender.take_events()
 
 
 async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
@@ -273,9 +283,9 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     rt.activity.prefill_started()
     try:
         if isinstance(rt.worker, ShipsOwnKv):
-            return await rt.worker.prefill(body)
+            return await rt.calls.run(body.request_id, rt.worker.prefill(body))
         assert rt.sender is not None
-        return await _run_prefill(rt, rt.sender, peer, body)
+        return await rt.calls.run(body.request_id, _run_prefill(rt, rt.sender, peer, body))
     finally:
         rt.activity.prefill_ended()
 
@@ -286,14 +296,14 @@ async def _run_prefill(
     started = time.monotonic()
     transfer = await sender.start_transfer(peer, RequestId(body.request_id))
     loop = asyncio.get_running_loop()
-    if body.from_token and isinstance(rt.worker, PrefixMover):
-        items = rt.worker.export_from(
-            loop, body.request_id, body.token_ids, body.sampling, body.from_token
-        )
-    else:
-        items = rt.worker.export(loop, body.request_id, body.token_ids, body.sampling)
     kv_bytes = num_slices = 0
-    try:
+    try:  # from here every way out ends the transfer (a refused export too)
+        if body.from_token and isinstance(rt.worker, PrefixMover):
+            items = rt.worker.export_from(
+                loop, body.request_id, body.token_ids, body.sampling, body.from_token
+            )
+        else:
+            items = rt.worker.export(loop, body.request_id, body.token_ids, body.sampling)
         while True:
             item = await items.get()
             if isinstance(item, BaseException):
@@ -310,6 +320,7 @@ async def _run_prefill(
         prefill_s = time.monotonic() - started
         await transfer.finish()
     except BaseException:
+        rt.worker.cancel(body.request_id)  # a queued or running prefill: its work is dropped
         await transfer.abort("prefill failed or was cancelled")
         raise
     return p.PrefillResult(
@@ -330,17 +341,18 @@ async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> list[KvSlice]
 
 async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
     """The committed slices of transfer `request_id` once they are all here (then freed)."""
-    assert rt.sink is not None
-    fut = rt.arrival(request_id)
-    try:
-        await asyncio.wait_for(asyncio.shield(fut), ARRIVAL_TIMEOUT_S)
-    except TimeoutError:
-        raise InstanceFailedError(f"no KV arrived for {request_id}") from None
-    finally:
-        rt.arrivals.pop(request_id, None)
-    slices = [KvSlice(*fields) for fields in committed_records(rt.sink, request_id)]
-    rt.sink.release(RequestId(request_id))
-    return slices
+    assert rt.claims is not None
+    return await rt.claims.claim(request_id, ARRIVAL_TIMEOUT_S)
+
+
+def cancel_request(rt: InstanceRuntime, request_id: str) -> p.CancelResult:
+    """End whatever this instance holds or does for `request_id` (idempotent): its prefill
+    call, its arrived or arriving KV, its work in the engine."""
+    cancelled = rt.calls.cancel(request_id)
+    if rt.claims is not None:
+        rt.claims.drop(request_id)
+    rt.worker.cancel(request_id)
+    return p.CancelResult(request_id=request_id, cancelled_call=cancelled)
 
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
@@ -494,12 +506,6 @@ def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
     return rt.info
 
 
-def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
-    if isinstance(rt.worker, ShipsOwnKv):
-        return rt.worker.link_signals()
-    return rt.sender.link_signals() if rt.sender else []
-
-
 def _error(err: ServeError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status_code)
 
@@ -513,12 +519,14 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
             rt.startup_error = err
             raise
         await _start_transfer(rt)
-        pump = asyncio.create_task(_pump_arrivals(rt)) if rt.receiver else None
+        tasks = [asyncio.create_task(_housekeeping(rt))]
+        if rt.receiver is not None:
+            tasks.append(asyncio.create_task(_pump_arrivals(rt)))
         try:
             yield
         finally:
-            if pump is not None:
-                pump.cancel()
+            for task in tasks:
+                task.cancel()
             if rt.sender is not None:
                 await rt.sender.close()
             if rt.move_sender is not None:
@@ -548,38 +556,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.get("/state")
     async def state(since: int = 0) -> p.InstanceState:
-        events, next_seq = rt.worker.events_since(since)
-        return p.InstanceState(
-            boot_id=rt.info.boot_id,
-            role=rt.spec.role.value,
-            prefill_busy_s=rt.activity.prefill_busy_s,
-            active_prefills=rt.activity.prefills,
-            active_decodes=rt.activity.decodes,
-            num_waiting=rt.worker.num_waiting,
-            num_running=rt.worker.num_running,
-            free_pages=rt.worker.free_pages,
-            events=[
-                p.CacheEventBody(
-                    seq=e.seq,
-                    stored=type(e.event).__name__ == "BlockStored",
-                    group=e.event.group_index,
-                    block_hash=e.event.block_hash,
-                )
-                for e in events
-            ],
-            next_seq=next_seq,
-            links=[
-                p.LinkBody(
-                    peer=link.peer,
-                    egress_bytes_per_s=link.egress_bytes_per_s,
-                    bytes_waiting=link.bytes_waiting,
-                    bytes_in_flight=link.bytes_in_flight,
-                    bytes_acked_total=link.bytes_acked_total,
-                    rtt_s=link.rtt_s,
-                )
-                for link in _link_signals(rt)
-            ],
-        )
+        return instance_state(rt, since)
 
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
@@ -604,6 +581,10 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
             raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
         check_vocabulary(rt, body.token_ids)
         return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
+
+    @app.post("/cancel")
+    async def cancel(body: p.CancelRequest) -> p.CancelResult:
+        return cancel_request(rt, body.request_id)
 
     @app.post("/role")
     async def role(body: p.RoleRequest) -> p.InstanceInfo:

@@ -27,6 +27,7 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:role_flips_total{instance,to_role,status}  counter  done / abandoned flips
     prfaas:rebalance_actions_total{action,reason}  counter  slow-loop actions
     prfaas:cache_moves_total{status}               counter  cross-cluster prefix moves
+    prfaas:cache_move_joins_total                  counter  requests that joined one in flight
     prfaas:cache_move_bytes_total                  counter  their bytes over the link
     prfaas:cache_move_tokens_total                 counter  prefix tokens made restorable
 
@@ -158,6 +159,11 @@ class RouterMetrics:
         )
         self.cache_moves = Counter(
             "prfaas:cache_moves", "Cross-cluster prefix moves.", ["status"], registry=r
+        )
+        self.cache_move_joins = Counter(
+            "prfaas:cache_move_joins",
+            "Requests that joined a move of the same prefix already in flight.",
+            registry=r,
         )
         self.cache_move_bytes = Counter(
             "prfaas:cache_move_bytes", "Prefix-move bytes over the link.", registry=r

@@ -9,6 +9,8 @@
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
     POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy)
+    POST /cancel      CancelRequest    ->    CancelResult (drop a request's prefill call, KV
+                                             and engine work: it ended without its decode)
     POST /cached      TokenizeResult   ->    CachedResult (decode: attention KV it holds)
     POST /prefix/send   PrefixSendRequest   ->  PrefixSendResult (holder: its cached prefix
                                                  shipped to the target's transfer endpoint)
@@ -103,6 +105,19 @@ class LinkBody(_Body):
     rtt_s: float | None
 
 
+class ResourcesBody(_Body):
+    """What requests in progress hold on an instance; every field is 0 when it is idle
+    but `receive_pages` and `receive_pages_free` (equal then). `serve.instance_state`."""
+
+    held_pages: int = 0
+    receive_pages: int = 0
+    receive_pages_free: int = 0
+    unclaimed_kv: int = 0
+    incoming_transfers: int = 0
+    outgoing_transfers: int = 0
+    running_calls: int = 0
+
+
 class InstanceState(_Body):
     """Load and cache events. `role` is the instance's role now (a PD instance may have been
     flipped); `prefill_busy_s` the seconds since start with at least one prefill running (PD-P
@@ -119,6 +134,20 @@ class InstanceState(_Body):
     prefill_busy_s: float = 0.0
     active_prefills: int = 0
     active_decodes: int = 0
+    resources: ResourcesBody = ResourcesBody()
+
+
+class CancelRequest(_Body):
+    """The request ended without its decode: drop what this instance holds or does for it."""
+
+    request_id: str = Field(min_length=1, max_length=100)
+
+
+class CancelResult(_Body):
+    """`cancelled_call`: a prefill call was running for it here and was cancelled."""
+
+    request_id: str
+    cancelled_call: bool
 
 
 class RoleRequest(_Body):

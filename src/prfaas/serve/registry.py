@@ -7,7 +7,10 @@ An instance that does not answer
 its poll, or whose call broke and then fails its health `probe` too (`serve.flow._judge`), is
 marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
 nothing on it, and its cache entries leave the index until it is back. A request's own error
-never marks an instance.
+never marks an instance; an instance's own failures (5xx answers while it answers its polls:
+an engine that died) do, through its `FailureBreaker` (`serve.breaker`: `request_failed`,
+`request_served`), and a request is never placed again on an instance that failed it
+(`view(now_s, excluded)`).
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
 (`/info`, `/state`) or what the router switched it to (`serve.rebalance`). An instance that
@@ -26,7 +29,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import httpx
@@ -36,6 +39,7 @@ from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheI
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
 from prfaas.serve import protocol as p
+from prfaas.serve.breaker import FailureBreaker
 from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
 
@@ -71,6 +75,7 @@ class LiveInstance:
     last_poll_s: float | None = None
     role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
+    breaker: FailureBreaker = field(default_factory=FailureBreaker)
 
     @property
     def name(self) -> str:
@@ -78,7 +83,9 @@ class LiveInstance:
 
     @property
     def is_accepting(self) -> bool:
-        return self.is_healthy and not self.is_draining
+        return (
+            self.is_healthy and not self.is_draining and not self.breaker.is_open(time.monotonic())
+        )
 
 
 class Registry:
@@ -123,6 +130,7 @@ class Registry:
         self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
         if inst.info is not None and info.boot_id != inst.info.boot_id:
             inst.restarts += 1
+            inst.breaker = FailureBreaker()  # a new process: its failures start again
         inst.info, inst.next_seq, inst.is_healthy = info, 0, True
         inst.last_poll_s = None
         if epoch == inst.role_epoch:
@@ -175,6 +183,15 @@ class Registry:
                 return True
         return False
 
+    def request_failed(self, name: str) -> None:
+        """A request failed on `name` by the instance's own fault (`serve.breaker`)."""
+        self.instances[name].breaker.failed(time.monotonic())
+
+    def request_served(self, *names: str) -> None:
+        """A request completed on these instances: their failure counts start again."""
+        for name in names:
+            self.instances[name].breaker.succeeded()
+
     def mark_failed(self, name: str) -> None:
         """Place nothing on it and forget its cache until it answers again."""
         inst = self.instances[name]
@@ -192,13 +209,15 @@ class Registry:
             if i.is_healthy and i.info is not None and (role is None or i.role is role)
         ]
 
-    def view(self, now_s: float) -> ClusterView:
+    def view(self, now_s: float, excluded: frozenset[str] = frozenset()) -> ClusterView:
+        """The scheduler's view; instances in `excluded` (those that failed the request
+        being placed) are not accepting in it."""
         views = tuple(
             InstanceView(
                 InstanceId(i.name),
                 ClusterId(i.spec.cluster),
                 ROLES[i.role],
-                is_accepting=i.is_accepting,
+                is_accepting=i.is_accepting and i.name not in excluded,
                 kv_capacity_bytes=float(i.info.kv_capacity_bytes if i.info else 0),
                 max_batch_size=i.spec.max_batch_size,
             )

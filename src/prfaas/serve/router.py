@@ -72,6 +72,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "cluster": i.spec.cluster,
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
+                "failures_in_a_row": i.breaker.failures_in_a_row,  # its own (serve.breaker)
                 "restarts": i.restarts,
                 "running": i.num_running,
                 "waiting": i.num_waiting,

@@ -123,6 +123,8 @@ class EngineWorker:
         self.num_waiting = 0
         self.num_running = 0
         self.free_pages = 0
+        self.held_pages = 0
+        self._queued_exports: set[str] = set()  # under `_lock`; `cancel` takes one out
 
     def start(self) -> None:
         self._thread.start()
@@ -147,7 +149,14 @@ class EngineWorker:
         sink = _threadsafe(loop, out, self.engine.model.tokenizer)
         params = sampling_params(sampling)
 
+        with self._lock:
+            self._queued_exports.add(request_id)
+
         def command() -> None:
+            with self._lock:
+                if request_id not in self._queued_exports:
+                    return  # cancelled before the engine reached it
+                self._queued_exports.discard(request_id)
             try:
                 probe = self.engine.paged.request("probe", tokens, 0, imported=False)
                 hit = self.engine.paged.pool.match(probe).hit_tokens
@@ -261,6 +270,11 @@ class EngineWorker:
         return fut
 
     def cancel(self, request_id: str) -> None:
+        """Drop the request's queued prefill (one running finishes its forward pass) and
+        its decode (slot and pages freed)."""
+        with self._lock:
+            self._queued_exports.discard(request_id)
+
         def command() -> None:
             if self._decoding.pop(request_id, None) is not None:
                 self.engine.cancel(request_id)
@@ -319,7 +333,9 @@ class EngineWorker:
                 self._next_seq += 1
         self.num_waiting = self.engine.num_waiting
         self.num_running = self.engine.num_running
-        self.free_pages = self.engine.paged.pool.pool.num_free_pages
+        pool = self.engine.paged.pool.pool
+        self.free_pages = pool.num_free_pages
+        self.held_pages = pool.num_pages - pool.num_free_pages - pool.num_evictable_pages
 
 
 def _nothing() -> None:

@@ -164,6 +164,11 @@ class Sender:
                     raise
             return link
 
+    @property
+    def num_active_transfers(self) -> int:
+        """Transfers started and not yet completed or failed, over every link."""
+        return sum(len(link.transfers) for link in self._links.values())
+
     def link_signals(self) -> list[LinkSignals]:
         """Telemetry for every live link, for the scheduler."""
         return [link.signals() for link in self._links.values() if link.state is LinkState.UP]

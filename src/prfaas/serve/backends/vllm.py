@@ -173,6 +173,7 @@ class VllmBackend:
         self.num_waiting = 0
         self.num_running = 0
         self.free_pages = kv_capacity // 2**20
+        self.held_pages = 0  # vLLM reports its cache usage, not pages held by requests
         self._translator = EventTranslator(InstanceId(spec.name), scheme, self.is_hybrid)
         self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
         self._next_seq = 0

@@ -1,0 +1,82 @@
+"""An instance's `GET /state`: load, cache events, link telemetry, and what it holds.
+
+Built from the instance's runtime (`serve.instance`); the router polls it (`serve.registry`).
+`resources` counts what requests in progress hold on this instance, so an operator (and the
+tests) can see that every request's pages, transfers and calls are released once it is over,
+however it ended (docs/serving.md, "What a request holds and when it is released"):
+
+    held_pages          engine pool pages referenced by requests (cached prefix pages are
+                        evictable, not held)
+    receive_pages_free  pages free in the KV receive buffer (`ArraySink`), of receive_pages
+    unclaimed_kv        requests whose KV arrived and waits for its decode (`serve.kv_claims`)
+    incoming_transfers  transfers arriving (receiver), outgoing_transfers being sent (sender)
+    running_calls       prefill calls in progress that `/cancel` can end
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prfaas.serve import protocol as p
+from prfaas.serve.backend import ShipsOwnKv
+from prfaas.transfer import LinkSignals
+
+if TYPE_CHECKING:
+    from prfaas.serve.instance import InstanceRuntime
+
+
+def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
+    """The body of `GET /state?since=N` (cache events from sequence number N on)."""
+    events, next_seq = rt.worker.events_since(since)
+    return p.InstanceState(
+        boot_id=rt.info.boot_id,
+        role=rt.spec.role.value,
+        prefill_busy_s=rt.activity.prefill_busy_s,
+        active_prefills=rt.activity.prefills,
+        active_decodes=rt.activity.decodes,
+        num_waiting=rt.worker.num_waiting,
+        num_running=rt.worker.num_running,
+        free_pages=rt.worker.free_pages,
+        events=[
+            p.CacheEventBody(
+                seq=e.seq,
+                stored=type(e.event).__name__ == "BlockStored",
+                group=e.event.group_index,
+                block_hash=e.event.block_hash,
+            )
+            for e in events
+        ],
+        next_seq=next_seq,
+        links=[
+            p.LinkBody(
+                peer=link.peer,
+                egress_bytes_per_s=link.egress_bytes_per_s,
+                bytes_waiting=link.bytes_waiting,
+                bytes_in_flight=link.bytes_in_flight,
+                bytes_acked_total=link.bytes_acked_total,
+                rtt_s=link.rtt_s,
+            )
+            for link in _link_signals(rt)
+        ],
+        resources=resources(rt),
+    )
+
+
+def resources(rt: InstanceRuntime) -> p.ResourcesBody:
+    """What requests in progress hold here (see the module docstring)."""
+    senders = [s for s in (rt.sender, rt.move_sender) if s is not None]
+    return p.ResourcesBody(
+        held_pages=rt.worker.held_pages,
+        receive_pages=rt.sink.num_pages if rt.sink is not None else 0,
+        receive_pages_free=rt.sink.num_free_pages if rt.sink is not None else 0,
+        unclaimed_kv=rt.claims.num_unclaimed if rt.claims is not None else 0,
+        incoming_transfers=rt.receiver.num_active_requests if rt.receiver is not None else 0,
+        outgoing_transfers=sum(s.num_active_transfers for s in senders),
+        running_calls=len(rt.calls),
+    )
+
+
+def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
+    if isinstance(rt.worker, ShipsOwnKv):
+        return rt.worker.link_signals()
+    return rt.sender.link_signals() if rt.sender else []

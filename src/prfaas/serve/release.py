@@ -1,0 +1,42 @@
+"""Telling instances that a request is over without its decode: `POST /cancel`, fire and forget.
+
+The router (`serve.flow`) calls `cancel_on` whenever an attempt ends without completing, at
+any stage: the client left (its task is being cancelled), or the attempt failed. The calls
+run as background tasks held in `tasks` (the caller may be a cancelled task that must not
+await), with a short timeout and every transport error ignored: an instance that is down
+holds nothing, and the instance side's 60 s lifetime for unclaimed KV (`serve.kv_claims`)
+covers a `/cancel` that is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+
+import httpx
+
+from prfaas.serve import protocol as p
+
+CANCEL_TIMEOUT_S = 5.0
+
+
+def cancel_on(
+    client: httpx.AsyncClient, tasks: set[asyncio.Task[None]], request_id: str, urls: Iterable[str]
+) -> None:
+    """`POST /cancel {request_id}` to every instance base URL in `urls`, once each."""
+    body = p.CancelRequest(request_id=request_id).model_dump_json()
+
+    async def cancel(url: str) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            await client.post(
+                url + "/cancel",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=CANCEL_TIMEOUT_S,
+            )
+
+    for url in dict.fromkeys(urls):
+        task = asyncio.get_running_loop().create_task(cancel(url))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)

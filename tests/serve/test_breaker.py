@@ -1,0 +1,98 @@
+"""Issue 26 item 2: an instance is taken out by its own failures (`serve.breaker`).
+
+Its engine died, its shell still answers `/state`: every request placed on it failed. The
+breaker opens after `threshold` failures in a row, for `cooldown_s`, then lets the next
+request decide. Time is a number passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from httpx import MockTransport
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prfaas.serve import protocol as p
+from prfaas.serve.breaker import FAILURES_TO_OPEN, FailureBreaker
+from prfaas.serve.config import default_deployment
+from prfaas.serve.registry import Registry
+
+
+def test_three_failures_in_a_row_open_it_for_the_cooldown_then_one_try_decides() -> None:
+    b = FailureBreaker(threshold=3, cooldown_s=10.0)
+    b.failed(0.0)
+    b.failed(1.0)
+    assert not b.is_open(1.0)
+    b.failed(2.0)
+    assert b.is_open(2.0) and b.is_open(11.9) and not b.is_open(12.0)
+    b.failed(12.5)  # half-open: the one try failed, out again at once
+    assert b.is_open(12.5) and not b.is_open(22.5)
+    b.succeeded()
+    b.failed(23.0)
+    assert not b.is_open(23.0)
+
+
+@given(st.lists(st.booleans(), max_size=30), st.integers(1, 5))
+def test_it_is_open_exactly_after_threshold_failures_since_the_last_success(
+    outcomes: list[bool], threshold: int
+) -> None:
+    b = FailureBreaker(threshold=threshold, cooldown_s=5.0)
+    run = 0
+    for t, ok in enumerate(outcomes):
+        if ok:
+            b.succeeded()
+            run = 0
+        else:
+            b.failed(float(t))
+            run += 1
+        assert b.is_open(float(t)) is (run >= threshold)
+
+
+def test_a_restarted_instance_starts_with_a_closed_breaker() -> None:
+    """Its own failures took it out; a new process (new boot_id) is a new start."""
+    boot = {"id": "first"}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            return httpx.Response(200, content=_info(boot["id"]).model_dump_json())
+        state = {"boot_id": boot["id"], "num_waiting": 0, "num_running": 0, "free_pages": 1}
+        return httpx.Response(200, json={**state, "events": [], "next_seq": 0})
+
+    async def run() -> Registry:
+        registry = Registry(
+            default_deployment(), httpx.AsyncClient(transport=MockTransport(handle))
+        )
+        await registry.poll_once()
+        for _ in range(FAILURES_TO_OPEN):
+            registry.request_failed("prfaas-0")
+        assert not registry.instances["prfaas-0"].is_accepting
+        await registry.poll_once()  # the same process: still out
+        assert not registry.instances["prfaas-0"].is_accepting
+        boot["id"] = "second"
+        await registry.poll_once()
+        return registry
+
+    registry = asyncio.run(run())
+    inst = registry.instances["prfaas-0"]
+    assert inst.restarts == 1 and inst.is_accepting and inst.breaker.failures_in_a_row == 0
+
+
+def _info(boot_id: str) -> p.InstanceInfo:
+    return p.InstanceInfo(
+        name="any",
+        role="pd-decode",
+        cluster="pd",
+        boot_id=boot_id,
+        model="m",
+        max_context_tokens=4096,
+        transfer_host="127.0.0.1",
+        transfer_port=1,
+        kv_bytes_per_token=1.0,
+        kv_capacity_bytes=1,
+        max_batch_size=1,
+        cache=p.CacheIdentityBody(
+            block_tokens=16, model_fingerprint="f", seed=0, algorithm="a", group_kinds=[]
+        ),
+    )
