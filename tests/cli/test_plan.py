@@ -25,6 +25,8 @@ def test_json_reproduces_the_case_study_layout() -> None:
         "homogeneous_pd",
         "naive_heterogeneous",
         "equal_cost_homogeneous",
+        "decode",
+        "warnings",
     ]
     best = report["prfaas_pd"]
     assert (best["n_prfaas"], best["n_p"], best["n_d"]) == (4, 3, 5)

@@ -116,10 +116,15 @@ def _render(scenario: Scenario, report: PlanReport, out: Output) -> None:
         f"{w.mean_output_tokens:,.0f}; at t*: l_long {_fmt(best.long_mean_tokens, ',.0f')}, "
         f"l_short {_fmt(best.short_mean_tokens, ',.0f')}"
     )
+    d = report.decode
+    memory = "weights do not fit" if d.memory_batch_size is None else str(d.memory_batch_size)
     out.note(
-        f"decode: BS_max {report.decode.max_batch_size} at T_decode "
-        f"{report.decode.step_s * 1e3:.1f} ms ({hw.decode_slo_tokens_per_s:g} tokens/s SLO)"
+        f"decode: BS_max {d.max_batch_size} at T_decode {d.step_s * 1e3:.1f} ms (latency bound "
+        f"{d.latency_batch_size} at {hw.decode_slo_tokens_per_s:g} tokens/s SLO, memory bound "
+        f"{memory}; docs/planner.md, memory model)"
     )
+    for warning in report.warnings:
+        out.note(f"warning: {warning}")
     for role, cluster in (("PrfaaS", hw.prfaas), ("PD", hw.pd)):
         profile = cluster.profile
         out.note(

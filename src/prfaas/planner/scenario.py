@@ -207,7 +207,7 @@ class SimulationFile(_Strict):
     deployment: DeploymentFile | None = None
     prefill_chunk_tokens: Tokens = 8192
     prefill_max_batch_requests: int = Field(default=1, ge=1)
-    decode_kv_gib: float = Field(default=64.0, gt=0)
+    decode_kv_gib: float | None = Field(default=None, gt=0)  # None: the memory model
     prefix_cache_gib: float = Field(default=0.0, ge=0)
     rdma_gbps: float = Field(default=800.0, gt=0)
     sample_period_s: float = Field(default=10.0, ge=0.1)

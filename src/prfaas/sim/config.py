@@ -4,7 +4,9 @@
 `arrivals:` and `link:` sections) and a policy name into a `RunConfig`. The deployment of each
 policy is the planner's for its deployment kind (paper Table 6): PrfaaS-PD's optimum (N_prfaas,
 N_p, N_d, t) for prfaas, fixed and dynamo; homogeneous PD with as many PD-chip instances as
-PrfaaS-PD has GPUs for homogeneous; all PD instances decoding for naive.
+PrfaaS-PD has GPUs for homogeneous; all PD instances decoding for naive. Each decode instance
+holds at most the planner's latency bound of requests and the KV capacity of the memory model
+(`specs.memory`, as the planner's memory bound), unless `simulation.decode_kv_gib` sets it.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class RunConfig:
     simulation: SimulationFile
     link: LinkFile
     capacity_steps_gbps: tuple[tuple[float, float], ...]
-    decode_max_batch: int
+    decode_max_batch: int  # the latency bound of BS_max; memory binds through the bytes below
+    decode_kv_capacity_bytes: float  # per decode instance (specs.memory; inf: weights do not fit)
     block_tokens: int
 
 
@@ -93,6 +96,11 @@ def build_run_config(
         decode_slo_tokens_per_s=hw.decode_slo_tokens_per_s,
     )
     trace = body.workload.trace
+    if sim.decode_kv_gib is not None:
+        kv_capacity = sim.decode_kv_gib * 2**30
+    else:
+        modelled = report.decode.kv_capacity_bytes
+        kv_capacity = float("inf") if modelled is None else modelled
     return RunConfig(
         policy=name,
         hardware=hardware,
@@ -100,6 +108,7 @@ def build_run_config(
         simulation=sim,
         link=link,
         capacity_steps_gbps=tuple(sorted(steps)),
-        decode_max_batch=report.decode.max_batch_size,
+        decode_max_batch=report.decode.latency_batch_size,
+        decode_kv_capacity_bytes=kv_capacity,
         block_tokens=trace.block_tokens if trace is not None else 512,
     )
