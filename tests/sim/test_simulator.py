@@ -67,7 +67,7 @@ def test_link_drop_backlog_fixed_grows_prfaas_stays_bounded(tmp_path: Path) -> N
         tmp_path,
         arrivals={"process": "poisson", "rate_per_s": 1.5, "num_requests": 900},
         link={"capacity_steps": [{"at_s": 100, "gbps": 5}, {"at_s": 500, "gbps": 100}]},
-        simulation={"sample_period_s": 5.0, "seed": 2},
+        simulation={"sample_period_s": 5.0, "seed": 2, "admission": {"mode": "off"}},
     )
     body, base = read_scenario_file(str(path))
     prfaas, fixed = simulate_body(body, base, "x", ["prfaas", "fixed"])
