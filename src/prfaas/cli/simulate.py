@@ -52,6 +52,7 @@ def _render(runs: list[SimRun], out: Output) -> None:
             ],
         )
     )
+    rows.append(("plan (trace mode)", [r.plan_mode for r in reports]))
     rows.append(
         (
             "completed / failed",

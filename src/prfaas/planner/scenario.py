@@ -220,6 +220,8 @@ class SimulationFile(_Strict):
     rebalance: RebalanceFile | None = None
     admission: AdmissionFile = Field(default_factory=AdmissionFile)
     deployment: DeploymentFile | None = None
+    #: Trace workloads: the plan whose deployment runs (scheduler.trace_plan; docs/planner.md).
+    plan_mode: Literal["pool-aware", "ideal"] = "pool-aware"
     prefill_chunk_tokens: Tokens = 8192
     prefill_max_batch_requests: int = Field(default=1, ge=1)
     decode_kv_gib: float | None = Field(default=None, gt=0)  # None: the memory model
