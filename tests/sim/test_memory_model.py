@@ -64,10 +64,10 @@ def test_the_decode_batch_is_bounded_by_memory_too() -> None:
     profile = profile_for(get_model("llama-3.1-70b"), get_chip("h20"), 8)
     kv_capacity = instance_memory(profile).kv_capacity_bytes
     assert kv_capacity is not None
-    short = decode_capacity(profile, 40, 10_000, 10_000)
+    short = decode_capacity(profile, 40, 10_000, 10_000, kv_capacity)
     assert short.max_batch_size == short.latency_batch_size < short.memory_batch_size
     # 200K-token requests hold 65.5 GB each: 8 fit, fewer than the SLO allows.
-    long = decode_capacity(profile, 40, 10_000, 200_000)
+    long = decode_capacity(profile, 40, 10_000, 200_000, kv_capacity)
     assert long.memory_batch_size == int(kv_capacity // (200_000 * 327_680)) == 8
     assert long.max_batch_size == 8 < long.latency_batch_size
     assert long.step_s == profile.decode_step_s(8, 10_000)

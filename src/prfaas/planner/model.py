@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prfaas.planner.errors import InfeasiblePlanError
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import InstanceMemory
 from prfaas.specs.perf import PerfProfile
 from prfaas.workload.lengths import FloatArray, LengthHistogram, ThresholdSplit
 from prfaas.workload.workload import Workload
@@ -45,10 +45,13 @@ MAX_DECODE_BATCH = 4096
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """A homogeneous cluster: `num_instances` instances timed by one profile."""
+    """A homogeneous cluster: `num_instances` instances timed by one profile, each with the
+    memory of `specs.memory` (None: not modelled, as for the live router's published profiles,
+    which know no chip; decode is then bounded by the latency objective alone)."""
 
     profile: PerfProfile
     num_instances: int
+    memory: InstanceMemory | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -108,14 +111,17 @@ def _latency_batch(profile: PerfProfile, slo_tokens_per_s: float, context_tokens
 
 
 def decode_capacity(
-    profile: PerfProfile, slo_tokens_per_s: float, context: float, request_tokens: float
+    profile: PerfProfile,
+    slo_tokens_per_s: float,
+    context: float,
+    request_tokens: float,
+    kv_capacity: float | None = None,
 ) -> DecodeCapacity:
     """BS_max: the latency bound at mean decode context `context`, capped by how many requests
     of `request_tokens` (prompt + output: the KV a request holds at its end) the instance's KV
-    capacity holds."""
+    capacity `kv_capacity` holds (None: no memory bound)."""
     context_tokens = round(context)
     latency = _latency_batch(profile, slo_tokens_per_s, context_tokens)
-    kv_capacity = instance_memory(profile).kv_capacity_bytes
     request_bytes = profile.cache_bytes(max(1, round(request_tokens)))
     memory = None if kv_capacity is None else int(kv_capacity // request_bytes)
     if kv_capacity is not None and memory is not None and memory < 1:
@@ -190,6 +196,7 @@ class StageModel:
             hardware.decode_slo_tokens_per_s,
             workload.mean_decode_context_tokens,
             workload.mean_input_tokens + workload.mean_output_tokens,
+            None if hardware.pd.memory is None else hardware.pd.memory.kv_capacity_bytes,
         )
         return cls(
             hardware=hardware,

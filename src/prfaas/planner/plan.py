@@ -26,7 +26,6 @@ from prfaas.planner.optimise import (
     operating_point,
     threshold_sweep,
 )
-from prfaas.specs.memory import instance_memory
 from prfaas.workload.workload import Workload
 
 DEPLOYMENTS = ("prfaas_pd", "homogeneous_pd", "naive_heterogeneous", "equal_cost_homogeneous")
@@ -68,7 +67,7 @@ def fit_warnings(hardware: Hardware) -> tuple[str, ...]:
         ("prfaas", hardware.prfaas, ""),
         ("pd", hardware.pd, "; decode is bounded by the latency objective only"),
     ):
-        warning = instance_memory(cluster.profile).fit_warning()
+        warning = None if cluster.memory is None else cluster.memory.fit_warning()
         if warning is not None:
             lines.append(f"{role}: {warning}{consequence}")
     return tuple(lines)

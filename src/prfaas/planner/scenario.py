@@ -42,6 +42,7 @@ from prfaas.planner.model import Cluster, Hardware
 from prfaas.specs.catalog import get_chip, profile_for, resolve_model
 from prfaas.specs.errors import SpecError, SpecFileError
 from prfaas.specs.files import read_yaml, validate
+from prfaas.specs.memory import instance_memory
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.units import format_tokens, parse_tokens
 from prfaas.workload.lengths import FixedLength, LengthDistribution, TruncatedLognormal
@@ -262,7 +263,7 @@ def _cluster(model: ModelSpec, body: ClusterFile, where: str) -> Cluster:
     except SpecError as err:
         raise SpecFileError(f"{where}.chip: {err}") from None
     profile = profile_for(model, chip, body.gpus_per_instance)
-    return Cluster(profile, body.num_gpus // body.gpus_per_instance)
+    return Cluster(profile, body.num_gpus // body.gpus_per_instance, instance_memory(profile))
 
 
 def _workload(body: WorkloadFile, base_dir: Path, where: str) -> Workload:

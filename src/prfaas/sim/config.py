@@ -15,10 +15,10 @@ the memory model (`specs.memory`, as the planner's memory bound), unless
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prfaas.planner.model import Cluster, Hardware
+from prfaas.planner.model import Hardware
 from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import LinkFile, Scenario, ScenarioFile, SimulationFile
 from prfaas.scheduler.trace_plan import ScenarioPlan, plan_scenario
@@ -112,8 +112,8 @@ def build_run_config(
         steps += _read_capacity_file(base_dir / link.capacity_file)
     hw = scenario.hardware
     hardware = Hardware(
-        prfaas=Cluster(hw.prfaas.profile, deployment.n_prfaas),
-        pd=Cluster(hw.pd.profile, deployment.n_p + deployment.n_d),
+        prfaas=replace(hw.prfaas, num_instances=deployment.n_prfaas),
+        pd=replace(hw.pd, num_instances=deployment.n_p + deployment.n_d),
         link_gbps=hw.link_gbps,
         decode_slo_tokens_per_s=hw.decode_slo_tokens_per_s,
     )
