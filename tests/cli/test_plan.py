@@ -25,6 +25,8 @@ def test_json_reproduces_the_case_study_layout() -> None:
         "homogeneous_pd",
         "naive_heterogeneous",
         "equal_cost_homogeneous",
+        "decode",
+        "warnings",
     ]
     best = report["prfaas_pd"]
     assert (best["n_prfaas"], best["n_p"], best["n_d"]) == (4, 3, 5)
@@ -62,7 +64,9 @@ def test_a_trace_with_a_prefix_cache_lowers_the_threshold(tmp_path: Path) -> Non
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     thresholds = {}
     for blocks in ("0", "unbounded"):
-        result = prfaas("plan", "--trace", str(trace), "--cache-blocks", blocks, "--json")
+        result = prfaas(
+            "plan", "--trace", str(trace), "--cache-blocks", blocks, "--no-pool-aware", "--json"
+        )
         assert result.returncode == 0, result.stderr
         thresholds[blocks] = json.loads(result.stdout)["prfaas_pd"]["threshold_tokens"]
     assert thresholds["unbounded"] < thresholds["0"]
@@ -72,8 +76,12 @@ def test_a_trace_with_a_prefix_cache_lowers_the_threshold(tmp_path: Path) -> Non
     ("args", "message"),
     [
         (["--scenario", "nope"], "unknown scenario 'nope'"),
-        (["--cache-blocks", "10"], "--cache-blocks applies to a trace workload"),
-        (["--trace", "t.jsonl", "--cache-blocks", "lots"], "--cache-blocks: 'lots'"),
+        (["--cache-blocks", "10", "--no-pool-aware"], "--cache-blocks applies to a trace"),
+        (
+            ["--trace", "t.jsonl", "--cache-blocks", "lots", "--no-pool-aware"],
+            "--cache-blocks: 'lots'",
+        ),
+        (["--trace", "t.jsonl", "--cache-blocks", "10"], "add --no-pool-aware"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:

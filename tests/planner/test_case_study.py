@@ -67,7 +67,7 @@ def test_prfaas_is_compute_bound_with_about_13_gbps_of_egress(case_study: PlanRe
 
 def test_json_has_the_issue_shape(case_study: PlanReport) -> None:
     report = case_study.to_json()
-    assert tuple(report) == DEPLOYMENTS
+    assert tuple(report) == (*DEPLOYMENTS, "decode", "warnings")
     required = {
         "threshold_tokens", "n_prfaas", "n_p", "n_d", "theta_prfaas", "theta_pd_p",
         "theta_pd_d", "lambda_max", "ttft_mean_s", "ttft_p90_s", "egress_gbps",

@@ -109,3 +109,16 @@ def test_a_trace_scenario_reads_its_trace_relative_to_the_file(tmp_path: Path) -
     assert workload.uncached_input.mean_tokens == (1100 + 76) / 2
     assert (workload.mean_input_tokens, workload.mean_output_tokens) == (1100, 20)
     assert workload.prefix_hit_fraction == pytest.approx(1024 / 2200)
+
+
+def test_a_relative_model_path_starts_from_the_scenario_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixtures = Path(__file__).parents[1] / "fixtures" / "hf_configs"
+    (tmp_path / "models").mkdir()
+    config = (fixtures / "qwen3-235b.json").read_text()
+    (tmp_path / "models" / "q.json").write_text(config)
+    scenario = write(tmp_path, edit("model", "models/q.json"))
+    monkeypatch.chdir(fixtures)  # elsewhere: the path must not resolve against the cwd
+    hardware = load_scenario(scenario).hardware
+    assert hardware.pd.profile.model.kv_bytes_per_token() == 192_512

@@ -72,12 +72,12 @@ def test_the_grid_ends_are_the_baselines(fake_profile: FakeFactory) -> None:
 
 def test_decode_batch_is_the_largest_within_the_slo(fake_profile: FakeFactory) -> None:
     profile = fake_profile(decode_base_s=0.005, decode_per_request_s=0.0007)
-    capacity = decode_capacity(profile, 40, 10_000)
+    capacity = decode_capacity(profile, 40, 10_000, 10_000)
     assert capacity.max_batch_size == 28  # 0.005 + 0.0007 * 28 = 0.0246 <= 0.025 < 0.0253
     assert capacity.step_s == pytest.approx(0.0246)
     assert capacity.rate_per_instance(1024) == pytest.approx(28 / (0.0246 * 1024))
     with pytest.raises(InfeasiblePlanError, match="SLO"):
-        decode_capacity(fake_profile(decode_base_s=0.03), 40, 10_000)
+        decode_capacity(fake_profile(decode_base_s=0.03), 40, 10_000, 10_000)
 
 
 random_cases = st.fixed_dictionaries(

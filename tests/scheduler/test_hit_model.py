@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prfaas.kvcache.cache import CacheConfig
-from prfaas.planner.scenario import DeploymentFile, load_scenario, read_scenario_file
+from prfaas.planner.scenario import AdmissionFile, DeploymentFile, load_scenario, read_scenario_file
 from prfaas.scheduler.hit_model import PoolDeployment, pool_replay
 from prfaas.sim.api import simulate_body, with_trace
 from prfaas.workload.prefix import replay_prefix_cache
@@ -63,7 +63,10 @@ def _simulated_hit(
     )
     body = body.model_copy(
         update={
-            "simulation": body.simulation.model_copy(update={"deployment": pin}),
+            # every request admitted: the hit model has no admission control
+            "simulation": body.simulation.model_copy(
+                update={"deployment": pin, "admission": AdmissionFile(mode="off")}
+            ),
             "arrivals": body.arrivals.model_copy(update={"time_scale": scale}),
         }
     )

@@ -113,7 +113,9 @@ def test_small_windows_accumulate_until_min_samples() -> None:
         actions = scheduler.rebalance(view, stats())
         if period == 0:
             assert actions == []
-    assert any(isinstance(a, SetThreshold) for a in actions)
+    # 8 lengths leave no sample between the current t and the planner's, so no predicted gain
+    # moves t (damping); the flip toward the planner's N_p shows the window was judged.
+    assert any(isinstance(a, FlipRole) for a in actions)
     assert scheduler.rebalance(view, stats()) == []  # the window was consumed
 
 
@@ -137,7 +139,8 @@ def test_overload_decode_refusals_flip_pd_prefill_to_decode_and_lower_t(
 ) -> None:
     # Admission refused 10 of 50 routed, 8 for a full decode batch: decode is what is short,
     # whatever the steady-state planner wants (it assumes every request is served). The new t
-    # is the planner's for the 3 PD-P instances left, below its t for 4.
+    # is the planner's for the 3 PD-P instances left, below its t for 4, moved at most a factor
+    # 1.25 per period (damping).
     policy = RebalancePolicy(config)
     view = case_study_view(n_p=4, n_d=4)
     busy = stats(0.97, 0.7)
@@ -145,8 +148,10 @@ def test_overload_decode_refusals_flip_pd_prefill_to_decode_and_lower_t(
     assert FlipRole("p3", Role.PD_DECODE, RebalanceReason.DECODE_BOTTLENECK) in actions
     [new_t] = [a.threshold_tokens for a in actions if isinstance(a, SetThreshold)]
     dispatched = window(GEOMETRIC, output=343)
-    assert new_t == policy.target(view, busy, dispatched, n_p=3)[1]
-    assert new_t < policy.target(view, busy, dispatched, n_p=4)[1]
+    target = policy.target(view, busy, dispatched, n_p=3)[1]
+    assert target < policy.target(view, busy, dispatched, n_p=4)[1]
+    assert new_t == max(target, round(19_600 / (1 + config.max_threshold_step_fraction)))
+    assert new_t < 19_600
 
 
 def test_overload_refusals_at_prfaas_or_balanced_flip_nothing(config: RebalanceConfig) -> None:

@@ -60,8 +60,8 @@ def test_shed_answers_429_with_retry_after_and_counts_it(shedding: Launcher) -> 
     assert 'prfaas:requests_total{outcome="rejected",status="429"} 2.0' in metrics
 
 
-def test_admission_off_by_default_and_policy_built_from_spec() -> None:
-    assert _deployment(AdmissionSpec()).router.admission.policy() is None
+def test_admission_off_when_asked_and_policy_built_from_spec() -> None:
+    assert _deployment(AdmissionSpec(mode="off")).router.admission.policy() is None  # default: shed
     policy = AdmissionSpec(mode="defer", ttft_slo_s=5, max_defer_s=12).policy()
     assert policy is not None and policy.config.max_defer_s == 12
     with pytest.raises(ValueError, match="mode"):

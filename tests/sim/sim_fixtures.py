@@ -19,7 +19,9 @@ BASE = {
         "output": {"fixed_tokens": 64},
     },
     "arrivals": {"process": "gamma", "rate_per_s": 2.0, "cv": 2.0, "num_requests": 300},
-    "simulation": {"seed": 3, "slo": {"ttft_s": 10, "tpot_s": 0.025}},
+    # Admission is on by default (issue 27); these fixtures test routing and the event loop
+    # with every request admitted, so they turn it off explicitly.
+    "simulation": {"seed": 3, "slo": {"ttft_s": 10, "tpot_s": 0.025}, "admission": {"mode": "off"}},
 }
 
 

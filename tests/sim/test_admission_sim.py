@@ -20,7 +20,10 @@ def _sim(tmp: Path, admission: dict[str, object], **extra: object) -> dict[str, 
 
 def test_shed_rejects_with_reason_and_keeps_goodput(tmp_path: Path) -> None:
     off = simulate_scenario(
-        str(write_scenario(tmp_path, arrivals=OVERLOAD, simulation=_sim(tmp_path, {}))), "prfaas"
+        str(
+            write_scenario(tmp_path, arrivals=OVERLOAD, simulation=_sim(tmp_path, {"mode": "off"}))
+        ),
+        "prfaas",
     ).report
     path = write_scenario(tmp_path, arrivals=OVERLOAD, simulation=_sim(tmp_path, {"mode": "shed"}))
     shed = simulate_scenario(str(path), "prfaas").report

@@ -8,7 +8,12 @@ import math
 import pytest
 
 from prfaas.kvcache.ids import RequestId
-from prfaas.planner.scenario import build_scenario, read_scenario_file
+from prfaas.planner.scenario import (
+    AdmissionFile,
+    SimulationFile,
+    build_scenario,
+    read_scenario_file,
+)
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.config import build_run_config
 from prfaas.sim.report import build_report
@@ -24,6 +29,8 @@ BURSTS = {
 
 def _ttft(policy: str, requests: list[SimRequest]) -> tuple[float, float]:
     body, base = read_scenario_file("paper-case-study")
+    off = SimulationFile(admission=AdmissionFile(mode="off"))  # bursts as routed, none refused
+    body = body.model_copy(update={"simulation": off})
     config = build_run_config(build_scenario(body, base, "x"), body, base, policy)
     ttft = build_report(config, Simulator(config, requests).run(), None).summary.ttft_s
     assert ttft.mean is not None and ttft.p90 is not None

@@ -53,7 +53,13 @@ def test_trace_prefix_hits_come_from_the_pool(tmp_path: Path) -> None:
         tmp_path,
         workload={"trace": {"path": trace.name, "cache_capacity_blocks": None}},
         arrivals={"process": "trace", "time_scale": 1.0},
-        simulation={"prefix_cache_gib": 512, "slo": {"ttft_s": 10}},
+        # the ideal replay's deployment (4 PD-P instances), every request admitted
+        simulation={
+            "prefix_cache_gib": 512,
+            "slo": {"ttft_s": 10},
+            "admission": {"mode": "off"},
+            "plan_mode": "ideal",
+        },
     )
     report = simulate_scenario(str(path), "prfaas").report
     # 3 of 4 turns can reuse the previous turn's blocks (60% of tokens at most); hits need
@@ -67,7 +73,7 @@ def test_link_drop_backlog_fixed_grows_prfaas_stays_bounded(tmp_path: Path) -> N
         tmp_path,
         arrivals={"process": "poisson", "rate_per_s": 1.5, "num_requests": 900},
         link={"capacity_steps": [{"at_s": 100, "gbps": 5}, {"at_s": 500, "gbps": 100}]},
-        simulation={"sample_period_s": 5.0, "seed": 2},
+        simulation={"sample_period_s": 5.0, "seed": 2, "admission": {"mode": "off"}},
     )
     body, base = read_scenario_file(str(path))
     prfaas, fixed = simulate_body(body, base, "x", ["prfaas", "fixed"])

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from prfaas.cli import plan_pool
 from prfaas.cli.output import (
     Format,
     FormatOption,
@@ -20,7 +21,7 @@ from prfaas.cli.output import (
     resolve_format,
 )
 from prfaas.planner.optimise import OperatingPoint
-from prfaas.planner.plan import PlanReport, plan
+from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import (
     Scenario,
     ScenarioFile,
@@ -29,6 +30,7 @@ from prfaas.planner.scenario import (
     build_scenario,
     read_scenario_file,
 )
+from prfaas.scheduler.trace_plan import ScenarioPlan, plan_scenario
 from prfaas.specs.errors import SpecError
 
 COLUMNS = {
@@ -88,12 +90,14 @@ def _rows(point: OperatingPoint, report: PlanReport) -> list[str]:
     ]
 
 
-def _render(scenario: Scenario, report: PlanReport, out: Output) -> None:
+def _render(scenario: Scenario, chosen: ScenarioPlan, out: Output) -> None:
+    report = chosen.report
     table = Table(title=f"Plan: {scenario.name} (paper Table 6 layout)")
     table.add_column("")
     for label in COLUMNS.values():
         table.add_column(label, justify="right")
     labels = [
+        "trace mode",
         "threshold t",
         "N_prfaas / N_p / N_d",
         "mean / P90 TTFT (s)",
@@ -105,7 +109,7 @@ def _render(scenario: Scenario, report: PlanReport, out: Output) -> None:
         "PrfaaS egress (Gbps)",
         "GPUs / price",
     ]
-    cells = [_rows(report.deployments[name], report) for name in COLUMNS]
+    cells = [[chosen.modes[name], *_rows(report.deployments[name], report)] for name in COLUMNS]
     for i, label in enumerate(labels):
         table.add_row(label, *(column[i] for column in cells))
     out.table(table)
@@ -116,10 +120,15 @@ def _render(scenario: Scenario, report: PlanReport, out: Output) -> None:
         f"{w.mean_output_tokens:,.0f}; at t*: l_long {_fmt(best.long_mean_tokens, ',.0f')}, "
         f"l_short {_fmt(best.short_mean_tokens, ',.0f')}"
     )
+    d = report.decode
+    memory = "weights do not fit" if d.memory_batch_size is None else str(d.memory_batch_size)
     out.note(
-        f"decode: BS_max {report.decode.max_batch_size} at T_decode "
-        f"{report.decode.step_s * 1e3:.1f} ms ({hw.decode_slo_tokens_per_s:g} tokens/s SLO)"
+        f"decode: BS_max {d.max_batch_size} at T_decode {d.step_s * 1e3:.1f} ms (latency bound "
+        f"{d.latency_batch_size} at {hw.decode_slo_tokens_per_s:g} tokens/s SLO, memory bound "
+        f"{memory}; docs/planner.md, memory model)"
     )
+    for warning in report.warnings:
+        out.note(f"warning: {warning}")
     for role, cluster in (("PrfaaS", hw.prfaas), ("PD", hw.pd)):
         profile = cluster.profile
         out.note(
@@ -167,39 +176,38 @@ def command(
     pool_aware: Annotated[
         bool,
         typer.Option(
-            "--pool-aware",
-            help="Also plan on the hits per-instance pools would see (trace workloads).",
+            "--pool-aware/--no-pool-aware",
+            help="Trace workloads: plan on the hits the deployment's per-instance pools would "
+            "see (default), or on one pooled LRU cache of --cache-blocks (--no-pool-aware).",
         ),
-    ] = False,
+    ] = True,
     output_format: FormatOption = None,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
     fmt = resolve_format(output_format, as_json)
+    if cache_blocks is not None and pool_aware:
+        raise SpecError("--cache-blocks sizes the ideal replay: add --no-pool-aware")
     body, base_dir = read_scenario_file(scenario)
     if trace is not None or cache_blocks is not None:
         body = _with_trace(body, trace, cache_blocks)
     with progress_bar() as bar:
         task = bar.add_task("reading the workload", total=None)
         resolved = build_scenario(body, base_dir, Path(scenario).name)
-        bar.update(task, description="searching t and the P/D split")
-        report = plan(resolved.hardware, resolved.workload, resolved.threshold_step_tokens)
-        points = None
-        if pool_aware:
-            from prfaas.cli import plan_pool
-
-            bar.update(task, description="replaying the trace through per-instance pools")
-            points = plan_pool.pool_aware_points(body, base_dir, resolved)
+        bar.update(task, description="searching t and the P/D split (per-instance pools)")
+        chosen = plan_scenario(resolved, body, base_dir, pool_aware=pool_aware)
     if fmt is Format.JSON:
-        out = report.to_json()
-        if points is not None:
-            out = {**out, "pool_aware": plan_pool.points_json(points)}
+        out = chosen.report.to_json()
+        for name, mode in chosen.modes.items():
+            out[name]["trace_mode"] = str(mode)
+        if chosen.pool_points:
+            out["pool_aware"] = plan_pool.points_json(list(chosen.pool_points))
         typer.echo(json.dumps(out, indent=2))
     else:
         output = Output(fmt)
-        _render(resolved, report, output)
-        if points is not None:
-            plan_pool.render(points, output)
+        _render(resolved, chosen, output)
+        if chosen.pool_points:
+            plan_pool.render(list(chosen.pool_points), output)
     if plot_dir is not None:
-        for path in _write_plots(report, plot_dir):
+        for path in _write_plots(chosen.report, plot_dir):
             typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)

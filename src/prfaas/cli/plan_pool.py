@@ -1,38 +1,15 @@
-"""`prfaas plan --pool-aware`: the plan on the hits the deployment's pools would see
-(scheduler.hit_model) beside the ideal replay's, for PrfaaS-PD and homogeneous PD."""
+"""`prfaas plan` on a trace (pool-aware, the default): the hits the deployment's pools would
+see (scheduler.hit_model) beside the ideal replay's, for PrfaaS-PD and homogeneous PD."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from prfaas.cli.output import Output
-from prfaas.kvcache.cache import CacheConfig
-from prfaas.planner.scenario import Scenario, ScenarioFile
-from prfaas.scheduler.hit_model import PoolAwarePoint, pool_aware_plan
-from prfaas.specs.errors import SpecError
-from prfaas.workload.trace import read_mooncake_trace
-
-
-def pool_aware_points(
-    body: ScenarioFile, base_dir: Path, scenario: Scenario
-) -> list[PoolAwarePoint]:
-    trace = body.workload.trace
-    sim = body.simulation
-    if trace is None:
-        raise SpecError("--pool-aware replays a trace: give --trace (or a trace workload)")
-    if sim is None or sim.prefix_cache_gib <= 0:
-        raise SpecError("--pool-aware needs a prefix pool: simulation.prefix_cache_gib > 0")
-    cache = CacheConfig.for_model(
-        scenario.hardware.pd.profile.model,
-        block_tokens=trace.block_tokens,
-        capacity_bytes=int(sim.prefix_cache_gib * 2**30),
-    )
-    requests = read_mooncake_trace(base_dir / trace.path)
-    return pool_aware_plan(requests, scenario.hardware, cache, scenario.threshold_step_tokens)
+from prfaas.scheduler.hit_model import PoolAwarePoint
 
 
 def points_json(points: list[PoolAwarePoint]) -> list[dict[str, Any]]:

@@ -52,6 +52,7 @@ def _render(runs: list[SimRun], out: Output) -> None:
             ],
         )
     )
+    rows.append(("plan (trace mode)", [r.plan_mode for r in reports]))
     rows.append(
         (
             "completed / failed",
@@ -168,6 +169,14 @@ SloCapacityOption = Annotated[
         "--load-factors x the first policy's capacity.",
     ),
 ]
+SaturationSeedsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--saturation-seeds",
+        min=2,
+        help="Estimate each policy's saturation over N seeds: a value with a 95% interval.",
+    ),
+]
 CapacityToleranceOption = Annotated[
     float,
     typer.Option(
@@ -244,6 +253,7 @@ def command(
     slo_capacity: SloCapacityOption = False,
     load_factors: LoadFactorsOption = "0.5,0.75,1,1.25,1.5,2",
     capacity_tolerance: CapacityToleranceOption = 0.02,
+    saturation_seeds: SaturationSeedsOption = None,
     output_format: FormatOption = None,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
@@ -282,6 +292,9 @@ def command(
             policies,
             capacity.SweepOptions(load_factors, capacity_tolerance, fmt, plot_dir),
         )
+        return
+    if saturation_seeds is not None:
+        _saturation(body, base_dir, scenario, policies, saturation_seeds, fmt)
         return
     if time_scales is not None:
         _sweep(body, base_dir, scenario, policies, time_scales, fmt, plot_dir)
@@ -336,3 +349,39 @@ def _sweep(  # noqa: PLR0917 (the command's options, passed on)
         from prfaas.sim.plots import write_sweep_plot
 
         typer.echo(f"wrote {write_sweep_plot(rows, plot_dir)}", err=fmt is not Format.TABLE)
+
+
+def _saturation(  # noqa: PLR0917 (the command's options, passed on)
+    body: ScenarioFile,
+    base_dir: Path,
+    scenario: str,
+    policies: list[str | None],
+    num_seeds: int,
+    fmt: Format,
+) -> None:
+    """`--saturation-seeds N`: each policy's saturation as a value with its interval."""
+    from prfaas.sim.saturation import LOAD_FACTORS, seeded_saturation
+
+    sim = body.simulation or SimulationFile()
+    names = [p or sim.policy for p in policies]
+    with progress_bar() as bar:
+        bar.add_task(f"{num_seeds} seeds x {len(LOAD_FACTORS)} loads per policy", total=None)
+        estimates = {
+            name: seeded_saturation(
+                body,
+                base_dir,
+                Path(scenario).name,
+                name,
+                seeds=range(sim.seed, sim.seed + num_seeds),
+            )
+            for name in names
+        }
+    if fmt is Format.JSON:
+        typer.echo(json.dumps({n: e.to_json() for n, e in estimates.items()}, indent=2))
+        return
+    out = Output(fmt)
+    for name, e in estimates.items():
+        out.note(
+            f"{name}: saturation {e.value_per_s:.3f} req/s, 95% interval [{e.low_per_s:.3f}, "
+            f"{e.high_per_s:.3f}] over {len(e.samples_per_s)} seeds (plan {e.planned_per_s:.3f})"
+        )

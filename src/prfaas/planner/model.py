@@ -14,8 +14,12 @@ the stage's mean length* (T(E[l]), not E[T(l)]). A bound whose share of requests
 infinite (no requests, no limit), which makes the baselines ends of the same grid: homogeneous
 PD is t = max (p = 0, N_prfaas = 0) and naive heterogeneous is t = 0 (p = 1, N_p = 0).
 
-BS_max is the largest decode batch whose step time meets the per-request decode SLO and
-T_decode that step time, both from the PD chip's `PerfProfile` at the mean decode context.
+BS_max is the largest decode batch that both meets the per-request decode SLO (its step time
+at the mean decode context, from the PD chip's `PerfProfile`) and fits the PD-D instance's KV
+capacity (`specs.memory`: HBM less weights and activations, over the cache bytes of a request's
+whole prompt and output), and T_decode is that batch's step time. The simulator gives each decode
+instance the same KV capacity, so the two bound the batch alike for dense, hybrid, MoE and MLA
+models. Where the weights do not fit, only the latency bound applies (`specs.memory`).
 
 `StageModel.build` evaluates the profiles once on the threshold grid (and at every histogram
 bin, for TTFT); everything after is numpy arithmetic on those arrays, broadcast over instance
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prfaas.planner.errors import InfeasiblePlanError
+from prfaas.specs.memory import InstanceMemory
 from prfaas.specs.perf import PerfProfile
 from prfaas.workload.lengths import FloatArray, LengthHistogram, ThresholdSplit
 from prfaas.workload.workload import Workload
@@ -40,10 +45,13 @@ MAX_DECODE_BATCH = 4096
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """A homogeneous cluster: `num_instances` instances timed by one profile."""
+    """A homogeneous cluster: `num_instances` instances timed by one profile, each with the
+    memory of `specs.memory` (None: not modelled, as for the live router's published profiles,
+    which know no chip; decode is then bounded by the latency objective alone)."""
 
     profile: PerfProfile
     num_instances: int
+    memory: InstanceMemory | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -67,23 +75,26 @@ class Hardware:
 
 @dataclass(frozen=True, slots=True)
 class DecodeCapacity:
-    """BS_max and T_decode of one PD-D instance (Eq. 5)."""
+    """BS_max and T_decode of one PD-D instance (Eq. 5), and the two bounds BS_max is the least
+    of: `latency_batch_size` (the SLO) and `memory_batch_size` (the KV capacity; None where the
+    weights do not fit and no capacity is defined)."""
 
     max_batch_size: int
     step_s: float
     context_tokens: float
+    latency_batch_size: int
+    memory_batch_size: int | None
+    kv_capacity_bytes: float | None
+    request_kv_bytes: float
 
     def rate_per_instance(self, mean_output_tokens: float) -> float:
         """Requests per second one PD-D instance completes: BS_max / (T_decode * L_out)."""
         return self.max_batch_size / (self.step_s * mean_output_tokens)
 
 
-def decode_capacity(
-    profile: PerfProfile, slo_tokens_per_s: float, context: float
-) -> DecodeCapacity:
+def _latency_batch(profile: PerfProfile, slo_tokens_per_s: float, context_tokens: int) -> int:
     """The largest batch whose step time is within 1 / SLO (step time grows with the batch)."""
     budget_s = 1.0 / slo_tokens_per_s
-    context_tokens = round(context)
     if profile.decode_step_s(1, context_tokens) > budget_s:
         raise InfeasiblePlanError(
             f"decode: even one request misses the {slo_tokens_per_s:g} tokens/s SLO on "
@@ -96,7 +107,39 @@ def decode_capacity(
         lo, hi = (
             (mid, hi) if profile.decode_step_s(mid, context_tokens) <= budget_s else (lo, mid - 1)
         )
-    return DecodeCapacity(lo, profile.decode_step_s(lo, context_tokens), context)
+    return lo
+
+
+def decode_capacity(
+    profile: PerfProfile,
+    slo_tokens_per_s: float,
+    context: float,
+    request_tokens: float,
+    kv_capacity: float | None = None,
+) -> DecodeCapacity:
+    """BS_max: the latency bound at mean decode context `context`, capped by how many requests
+    of `request_tokens` (prompt + output: the KV a request holds at its end) the instance's KV
+    capacity `kv_capacity` holds (None: no memory bound)."""
+    context_tokens = round(context)
+    latency = _latency_batch(profile, slo_tokens_per_s, context_tokens)
+    request_bytes = profile.cache_bytes(max(1, round(request_tokens)))
+    memory = None if kv_capacity is None else int(kv_capacity // request_bytes)
+    if kv_capacity is not None and memory is not None and memory < 1:
+        raise InfeasiblePlanError(
+            f"decode: one request's KV ({request_bytes / 1e9:,.1f} GB) exceeds the "
+            f"{kv_capacity / 1e9:,.1f} GB KV capacity of {profile.chip.name} "
+            f"x{profile.gpus_per_instance}"
+        )
+    batch = latency if memory is None else min(latency, memory)
+    return DecodeCapacity(
+        max_batch_size=batch,
+        step_s=profile.decode_step_s(batch, context_tokens),
+        context_tokens=context,
+        latency_batch_size=latency,
+        memory_batch_size=memory,
+        kv_capacity_bytes=kv_capacity,
+        request_kv_bytes=request_bytes,
+    )
 
 
 def _evaluate(fn: Callable[[int], float], lengths: FloatArray) -> FloatArray:
@@ -149,7 +192,11 @@ class StageModel:
         split = histogram.split()
         prfaas, pd = hardware.prfaas.profile, hardware.pd.profile
         decode = decode_capacity(
-            pd, hardware.decode_slo_tokens_per_s, workload.mean_decode_context_tokens
+            pd,
+            hardware.decode_slo_tokens_per_s,
+            workload.mean_decode_context_tokens,
+            workload.mean_input_tokens + workload.mean_output_tokens,
+            None if hardware.pd.memory is None else hardware.pd.memory.kv_capacity_bytes,
         )
         return cls(
             hardware=hardware,

@@ -8,7 +8,8 @@
 Prices are `ChipSpec.relative_price` per GPU (H20 = 1). One `StageModel` serves all four: the
 baselines are the ends of its threshold grid (see `planner.model`). Also returned: the two
 sweeps behind the paper's Fig. 5 (Lambda_max versus N_p with t re-optimised per N_p, and the
-bounds versus t at the optimal N_p / N_d).
+bounds versus t at the optimal N_p / N_d), the decode capacity, and the memory fit check
+(`specs.memory`): one warning per cluster whose weights do not fit its instances.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ class PlanReport:
     threshold_sweep: ThresholdSweep
     decode: DecodeCapacity
     workload: Workload
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The JSON report: one object per deployment, ratios against homogeneous PD and of
-        PrfaaS-PD against each deployment."""
+        PrfaaS-PD against each deployment; then `decode` (BS_max and its two bounds) and
+        `warnings` (the memory fit check)."""
         base = self.deployments["homogeneous_pd"].lambda_max
         best = self.deployments["prfaas_pd"].lambda_max
-        return {
+        out: dict[str, Any] = {
             name: asdict(point)
             | {
                 "bottleneck": str(point.bottleneck),
@@ -54,6 +57,20 @@ class PlanReport:
             }
             for name, point in self.deployments.items()
         }
+        return out | {"decode": asdict(self.decode), "warnings": list(self.warnings)}
+
+
+def fit_warnings(hardware: Hardware) -> tuple[str, ...]:
+    """The memory fit check of both clusters: a line per cluster whose weights do not fit."""
+    lines = []
+    for role, cluster, consequence in (
+        ("prfaas", hardware.prfaas, ""),
+        ("pd", hardware.pd, "; decode is bounded by the latency objective only"),
+    ):
+        warning = None if cluster.memory is None else cluster.memory.fit_warning()
+        if warning is not None:
+            lines.append(f"{role}: {warning}{consequence}")
+    return tuple(lines)
 
 
 def _homogeneous(model: StageModel, num_instances: int) -> OperatingPoint:
@@ -98,4 +115,5 @@ def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport
         threshold_sweep=threshold_sweep(model, n_prfaas, n_p, num_pd - n_p),
         decode=model.decode,
         workload=workload,
+        warnings=fit_warnings(hardware),
     )

@@ -1,7 +1,8 @@
 """Scenario files: the deployment and workload a plan is made for, in YAML.
 
     name: paper-case-study
-    model: prfaas-1t                       # catalog name, model YAML or HF config.json
+    model: prfaas-1t                       # catalog name, model YAML or HF config.json (a
+                                           # relative path starts from this file)
     prfaas: {chip: h200, num_gpus: 32, gpus_per_instance: 8}
     pd: {chip: h20, num_gpus: 64, gpus_per_instance: 8}
     link_gbps: 100
@@ -41,6 +42,7 @@ from prfaas.planner.model import Cluster, Hardware
 from prfaas.specs.catalog import get_chip, profile_for, resolve_model
 from prfaas.specs.errors import SpecError, SpecFileError
 from prfaas.specs.files import read_yaml, validate
+from prfaas.specs.memory import instance_memory
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.units import format_tokens, parse_tokens
 from prfaas.workload.lengths import FixedLength, LengthDistribution, TruncatedLognormal
@@ -181,10 +183,24 @@ class RebalanceFile(_Strict):
     min_samples: int = Field(default=200, ge=1)
 
 
-class AdmissionFile(_Strict):
-    """Admission control (prfaas.scheduler.admission); the TTFT objective is `slo.ttft_s`."""
+#: The TTFT objective admission control holds a scenario to when it names none (`slo.ttft_s`):
+#: the live router's default (`serve.admission.AdmissionSpec.ttft_slo_s`).
+DEFAULT_TTFT_SLO_S = 10.0
 
-    mode: Literal["off", "shed", "defer"] = "off"
+
+class AdmissionFile(_Strict):
+    """Admission control (prfaas.scheduler.admission), on by default (issue 27: past saturation
+    a FCFS queue without it makes every request late); `mode: off` is the explicit opt-out. The
+    TTFT objective is `slo.ttft_s`, else `DEFAULT_TTFT_SLO_S`."""
+
+    mode: Literal["off", "shed", "defer"] = "shed"
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _bare_off(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `off` as false: `mode: off` means off."""
+        return "off" if value is False else value
+
     margin_fraction: float = Field(default=0.0, ge=0)
     max_defer_s: float = Field(default=30.0, ge=0)
 
@@ -205,9 +221,11 @@ class SimulationFile(_Strict):
     rebalance: RebalanceFile | None = None
     admission: AdmissionFile = Field(default_factory=AdmissionFile)
     deployment: DeploymentFile | None = None
+    #: Trace workloads: the plan whose deployment runs (scheduler.trace_plan; docs/planner.md).
+    plan_mode: Literal["pool-aware", "ideal"] = "pool-aware"
     prefill_chunk_tokens: Tokens = 8192
     prefill_max_batch_requests: int = Field(default=1, ge=1)
-    decode_kv_gib: float = Field(default=64.0, gt=0)
+    decode_kv_gib: float | None = Field(default=None, gt=0)  # None: the memory model
     prefix_cache_gib: float = Field(default=0.0, ge=0)
     rdma_gbps: float = Field(default=800.0, gt=0)
     sample_period_s: float = Field(default=10.0, ge=0.1)
@@ -245,7 +263,7 @@ def _cluster(model: ModelSpec, body: ClusterFile, where: str) -> Cluster:
     except SpecError as err:
         raise SpecFileError(f"{where}.chip: {err}") from None
     profile = profile_for(model, chip, body.gpus_per_instance)
-    return Cluster(profile, body.num_gpus // body.gpus_per_instance)
+    return Cluster(profile, body.num_gpus // body.gpus_per_instance, instance_memory(profile))
 
 
 def _workload(body: WorkloadFile, base_dir: Path, where: str) -> Workload:
@@ -275,10 +293,19 @@ def _workload(body: WorkloadFile, base_dir: Path, where: str) -> Workload:
     )
 
 
+def model_ref(ref: str, base_dir: Path) -> str:
+    """A scenario's `model:` as `resolve_model` takes it: a relative model file or checkpoint
+    directory starts from the scenario file's directory (as trace paths do); a catalog name is
+    left as it is."""
+    path = Path(ref)
+    is_file_ref = path.suffix in {".yaml", ".yml", ".json"} or (base_dir / path).is_dir()
+    return str(base_dir / path) if is_file_ref and not path.is_absolute() else ref
+
+
 def build_scenario(body: ScenarioFile, base_dir: Path, where: str) -> Scenario:
     """Resolve model, chips and profiles; read the trace if there is one."""
     try:
-        model = resolve_model(body.model)
+        model = resolve_model(model_ref(body.model, base_dir))
     except SpecError as err:
         raise SpecFileError(f"{where}: model: {err}") from None
     hardware = Hardware(

@@ -41,6 +41,7 @@ from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
 from prfaas.kvcache.index import GlobalKVCacheIndex
 from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.planner.model import Hardware
+from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.plan import plan
 from prfaas.scheduler.load import DispatchLedger, choose_prefill
 from prfaas.scheduler.view import InstanceView, Role
@@ -240,6 +241,7 @@ class PoolAwarePoint:
     n_d: int
     time_scale: float  # the trace time scale whose offered rate is lambda_max
     iterations: int
+    point: OperatingPoint  # the whole operating point of the last round
 
 
 POOL_AWARE_DEPLOYMENTS = ("prfaas_pd", "homogeneous_pd")
@@ -301,6 +303,7 @@ def pool_aware_plan(
                 n_d=point.n_d,
                 time_scale=trace_rate / lam,
                 iterations=iterations,
+                point=point,
             )
         )
     return out

@@ -42,7 +42,7 @@ class AdmissionSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["off", "shed", "defer"] = "off"
+    mode: Literal["off", "shed", "defer"] = "shed"  # on by default; "off" is explicit
     ttft_slo_s: float = Field(default=10.0, gt=0)
     margin_fraction: float = Field(default=0.0, ge=0)
     max_defer_s: float = Field(default=30.0, ge=0)

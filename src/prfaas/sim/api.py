@@ -22,7 +22,7 @@ from prfaas.planner.scenario import (
     read_scenario_file,
 )
 from prfaas.sim.arrivals import SimRequest, synthetic_arrivals, trace_arrivals
-from prfaas.sim.config import RunConfig, build_run_config
+from prfaas.sim.config import RunConfig, build_run_config, chosen_plan
 from prfaas.sim.report import SimReport, build_report
 from prfaas.sim.runner import Simulator
 from prfaas.specs.errors import SpecError
@@ -78,9 +78,10 @@ def simulate_body(
     seed = body.simulation.seed if body.simulation is not None else 0
     requests = _arrivals(body, base_dir, seed)
     slo = body.simulation.slo if body.simulation is not None else None
+    chosen = chosen_plan(scenario, body, base_dir)  # once for every policy
     runs = []
     for policy in policies:
-        config = build_run_config(scenario, body, base_dir, policy)
+        config = build_run_config(scenario, body, base_dir, policy, chosen)
         tick = None if progress is None else partial(progress, config.policy)
         result = Simulator(config, requests).run(tick)
         runs.append(SimRun(config, build_report(config, result, slo)))

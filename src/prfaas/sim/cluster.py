@@ -83,7 +83,7 @@ def build_instances(
     sim: Simulator, config: RunConfig, cache: CacheConfig | None
 ) -> list[SimInstance]:
     body, d = config.simulation, config.deployment
-    kv_bytes = body.decode_kv_gib * 2**30
+    kv_bytes = config.decode_kv_capacity_bytes
     roles = [(PRFAAS_CLUSTER, Role.PRFAAS, f"prfaas-{i}") for i in range(d.n_prfaas)]
     roles += [(PD_CLUSTER, Role.PD_PREFILL, f"pd-{i}") for i in range(d.n_p)]
     roles += [(PD_CLUSTER, Role.PD_DECODE, f"pd-{d.n_p + i}") for i in range(d.n_d)]

@@ -4,18 +4,24 @@
 `arrivals:` and `link:` sections) and a policy name into a `RunConfig`. The deployment of each
 policy is the planner's for its deployment kind (paper Table 6): PrfaaS-PD's optimum (N_prfaas,
 N_p, N_d, t) for prfaas, fixed and dynamo; homogeneous PD with as many PD-chip instances as
-PrfaaS-PD has GPUs for homogeneous; all PD instances decoding for naive.
+PrfaaS-PD has GPUs for homogeneous; all PD instances decoding for naive. The plan is the one
+`prfaas plan` reports (`scheduler.trace_plan`): on a trace, pool-aware unless
+`simulation.plan_mode: ideal`, so the deployment simulated is the deployment reported. Each
+decode instance holds at most the planner's latency bound of requests and the KV capacity of
+the memory model (`specs.memory`, as the planner's memory bound), unless
+`simulation.decode_kv_gib` sets it.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from prfaas.planner.model import Cluster, Hardware
-from prfaas.planner.plan import PlanReport, plan
+from prfaas.planner.model import Hardware
+from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import LinkFile, Scenario, ScenarioFile, SimulationFile
+from prfaas.scheduler.trace_plan import ScenarioPlan, plan_scenario
 from prfaas.specs.errors import SpecError, SpecFileError
 
 DEPLOYMENT_OF_POLICY = {
@@ -43,8 +49,10 @@ class RunConfig:
     simulation: SimulationFile
     link: LinkFile
     capacity_steps_gbps: tuple[tuple[float, float], ...]
-    decode_max_batch: int
+    decode_max_batch: int  # the latency bound of BS_max; memory binds through the bytes below
+    decode_kv_capacity_bytes: float  # per decode instance (specs.memory; inf: weights do not fit)
     block_tokens: int
+    plan_mode: str  # the trace mode of the plan whose deployment runs, or "pinned"
 
 
 def _read_capacity_file(path: Path) -> list[tuple[float, float]]:
@@ -59,40 +67,62 @@ def _read_capacity_file(path: Path) -> list[tuple[float, float]]:
         raise SpecFileError(f"{path}: rows must be time_s,gbps") from None
 
 
+def _kind(policy: str) -> str:
+    try:
+        return DEPLOYMENT_OF_POLICY[policy]
+    except KeyError:
+        known = ", ".join(DEPLOYMENT_OF_POLICY)
+        raise SpecError(f"unknown policy {policy!r} (known: {known})") from None
+
+
 def deployment_for(policy: str, report: PlanReport, body: SimulationFile) -> Deployment:
     if body.deployment is not None:
         d = body.deployment
         t = d.threshold_tokens
         best_t = report.deployments["prfaas_pd"].threshold_tokens
         return Deployment(d.n_prfaas, d.n_p, d.n_d, t if t is not None else best_t or 0)
-    try:
-        point = report.deployments[DEPLOYMENT_OF_POLICY[policy]]
-    except KeyError:
-        known = ", ".join(DEPLOYMENT_OF_POLICY)
-        raise SpecError(f"unknown policy {policy!r} (known: {known})") from None
+    point = report.deployments[_kind(policy)]
     best_t = report.deployments["prfaas_pd"].threshold_tokens or 0
     return Deployment(point.n_prfaas, point.n_p, point.n_d, best_t)
 
 
+def chosen_plan(scenario: Scenario, body: ScenarioFile, base_dir: Path) -> ScenarioPlan:
+    """The plan `prfaas plan` reports for this scenario in the simulation's `plan_mode`."""
+    sim = body.simulation or SimulationFile()
+    return plan_scenario(scenario, body, base_dir, pool_aware=sim.plan_mode == "pool-aware")
+
+
 def build_run_config(
-    scenario: Scenario, body: ScenarioFile, base_dir: Path, policy: str | None
+    scenario: Scenario,
+    body: ScenarioFile,
+    base_dir: Path,
+    policy: str | None,
+    chosen: ScenarioPlan | None = None,
 ) -> RunConfig:
+    """`chosen`: the scenario's plan when the caller has it already (`chosen_plan`)."""
     sim = body.simulation or SimulationFile()
     link = body.link or LinkFile()
     name = policy or sim.policy
-    report = plan(scenario.hardware, scenario.workload, scenario.threshold_step_tokens)
+    chosen = chosen or chosen_plan(scenario, body, base_dir)
+    report = chosen.report
     deployment = deployment_for(name, report, sim)
+    mode = "pinned" if sim.deployment is not None else str(chosen.modes[_kind(name)])
     steps = [(s.at_s, s.gbps) for s in link.capacity_steps]
     if link.capacity_file is not None:
         steps += _read_capacity_file(base_dir / link.capacity_file)
     hw = scenario.hardware
     hardware = Hardware(
-        prfaas=Cluster(hw.prfaas.profile, deployment.n_prfaas),
-        pd=Cluster(hw.pd.profile, deployment.n_p + deployment.n_d),
+        prfaas=replace(hw.prfaas, num_instances=deployment.n_prfaas),
+        pd=replace(hw.pd, num_instances=deployment.n_p + deployment.n_d),
         link_gbps=hw.link_gbps,
         decode_slo_tokens_per_s=hw.decode_slo_tokens_per_s,
     )
     trace = body.workload.trace
+    if sim.decode_kv_gib is not None:
+        kv_capacity = sim.decode_kv_gib * 2**30
+    else:
+        modelled = report.decode.kv_capacity_bytes
+        kv_capacity = float("inf") if modelled is None else modelled
     return RunConfig(
         policy=name,
         hardware=hardware,
@@ -100,6 +130,8 @@ def build_run_config(
         simulation=sim,
         link=link,
         capacity_steps_gbps=tuple(sorted(steps)),
-        decode_max_batch=report.decode.max_batch_size,
+        decode_max_batch=report.decode.latency_batch_size,
+        decode_kv_capacity_bytes=kv_capacity,
+        plan_mode=mode,
         block_tokens=trace.block_tokens if trace is not None else 512,
     )

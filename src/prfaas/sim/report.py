@@ -25,6 +25,7 @@ from prfaas.sim.timeline import Timeline
 class SimReport:
     policy: str
     deployment: dict[str, int]
+    plan_mode: str  # the trace mode of the plan that chose the deployment (sim.config)
     summary: MetricsSummary
     reasons: dict[str, int]
     path_ttft_s: dict[str, Distribution]
@@ -42,6 +43,7 @@ class SimReport:
             "schema": "prfaas.simulation/1",
             "policy": self.policy,
             "deployment": self.deployment,
+            "plan_mode": self.plan_mode,
             "metrics": self.summary.to_json(),
             "reasons": self.reasons,
             "path_ttft_s": {k: vars_of(v) for k, v in self.path_ttft_s.items()},
@@ -98,6 +100,7 @@ def build_report(config: RunConfig, result: SimResult, slo_body: SloFile | None)
             "n_d": d.n_d,
             "threshold_tokens": d.threshold_tokens,
         },
+        plan_mode=config.plan_mode,
         summary=summary,
         reasons=dict(sorted(result.reasons.items())),
         path_ttft_s={k: Distribution.of(v) for k, v in sorted(by_path.items())},

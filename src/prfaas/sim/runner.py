@@ -23,6 +23,7 @@ from prfaas.kvcache.ids import ClusterId, InstanceId
 from prfaas.kvcache.index import GlobalKVCacheIndex
 from prfaas.kvcache.values import CacheRequest
 from prfaas.metrics.records import GapRuns, RequestRecord
+from prfaas.planner.scenario import DEFAULT_TTFT_SLO_S
 from prfaas.scheduler import (
     AdmissionConfig,
     AdmissionMode,
@@ -54,7 +55,6 @@ from prfaas.sim.instances import DecodeSeq, PrefillJob
 from prfaas.sim.link import FairShareLink
 from prfaas.sim.profiles import MemoProfile
 from prfaas.sim.timeline import Timeline, TimelineSampler
-from prfaas.specs.errors import SpecError
 
 GBPS = 1e9 / 8
 
@@ -94,9 +94,7 @@ def admission_policy(config: RunConfig) -> AdmissionPolicy | None:
     mode = AdmissionMode(body.mode)
     if mode is AdmissionMode.OFF:
         return None
-    ttft_slo_s = config.simulation.slo.ttft_s
-    if ttft_slo_s is None:
-        raise SpecError(f"admission mode {mode}: needs a TTFT objective (simulation.slo.ttft_s)")
+    ttft_slo_s = config.simulation.slo.ttft_s or DEFAULT_TTFT_SLO_S
     return AdmissionPolicy(
         AdmissionConfig(
             mode=mode,

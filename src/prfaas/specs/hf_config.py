@@ -242,21 +242,44 @@ def _qwen_hybrid_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
 
 
 def _kimi_linear_plan(cfg: _Config) -> _LayerPlan:
+    """Two config formats: the Hub checkpoint's `linear_attn_config` (1-based
+    `full_attn_layers`, `first_k_dense_replace`) and transformers' own `KimiLinearConfig`
+    (`layer_types`, `mlp_layer_types` of dense / sparse; when absent, every 4th layer after the
+    first is full attention and only the first MLP is dense, as transformers defaults)."""
     n = cfg.int("num_hidden_layers")
-    linear_cfg = cfg.get("linear_attn_config", {})
-    full = {i - 1 for i in linear_cfg.get("full_attn_layers", [])}  # 1-based in the checkpoint
-    if not full:
-        raise UnsupportedConfigError("kimi_linear config lacks linear_attn_config.full_attn_layers")
-    return _LayerPlan(["full" if i in full else "linear" for i in range(n)], _first_k_dense(cfg, 1))
+    hub_full = cfg.get("linear_attn_config", {}).get("full_attn_layers")
+    if hub_full:
+        full = {i - 1 for i in hub_full}  # 1-based in the checkpoint
+        mixers = ["full" if i in full else "linear" for i in range(n)]
+    else:
+        mixers = _normalise_layer_types(cfg, _kimi_default_layer)
+    mlp_types = cfg.get("mlp_layer_types")
+    if mlp_types is None:
+        return _LayerPlan(mixers, _first_k_dense(cfg, 1))
+    if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
+        raise UnsupportedConfigError(
+            "kimi_linear config: mlp_layer_types must name dense or sparse for every layer"
+        )
+    return _LayerPlan(mixers, ["dense" if t == "dense" else "moe" for t in mlp_types])
+
+
+def _kimi_default_layer(i: int) -> str:
+    """transformers' KimiLinearConfig default: full attention at layers 4, 8, ... (0-based)."""
+    return "full_attention" if i and i % 4 == 0 else "linear_attention"
 
 
 def _kimi_linear_mixer(cfg: _Config, kind: str, count: int) -> MixerGroup:
     if kind == "full":
         return _mla(cfg, count)
-    lin = _Config(cfg.get("linear_attn_config", {}), "kimi_linear linear_attn_config")
-    return _kda(
-        count, lin.int("num_heads"), lin.int("head_dim"), lin.int("short_conv_kernel_size", 4)
-    )
+    hub = cfg.get("linear_attn_config")
+    if hub:  # the Hub checkpoint's sub-dict
+        lin = _Config(hub, "kimi_linear linear_attn_config")
+        heads, head_dim = lin.int("num_heads"), lin.int("head_dim")
+        kernel = lin.int("short_conv_kernel_size", 4)
+    else:  # transformers' KimiLinearConfig fields, with its defaults
+        heads, head_dim = cfg.int("linear_num_heads", 32), cfg.int("linear_head_dim", 128)
+        kernel = cfg.int("linear_conv_kernel_dim", 4)
+    return _kda(count, heads, head_dim, kernel)
 
 
 def _deepseek_mlp(cfg: _Config, kind: str, count: int) -> MlpGroup:

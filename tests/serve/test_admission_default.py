@@ -1,0 +1,31 @@
+"""Admission control is on by default in a live deployment (issue 27); off is explicit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prfaas.scheduler import AdmissionMode
+from prfaas.serve.config import default_deployment, load_deployment
+
+FILE = """\
+model: tiny-qwen3-next
+router: {port: 0%s}
+instances:
+  - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas}
+  - {name: pdd-0, role: pd-decode, cluster: pd}
+"""
+
+
+def test_a_deployment_that_names_no_admission_sheds_at_its_slo(tmp_path: Path) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(FILE % "")
+    for deployment in (load_deployment(path), default_deployment()):
+        policy = deployment.router.admission.policy()
+        assert policy is not None
+        assert (policy.config.mode, policy.config.ttft_slo_s) == (AdmissionMode.SHED, 10.0)
+
+
+def test_off_is_an_explicit_choice(tmp_path: Path) -> None:
+    path = tmp_path / "deploy.yaml"
+    path.write_text(FILE % ', admission: {mode: "off"}')  # quoted: YAML reads a bare off as false
+    assert load_deployment(path).router.admission.policy() is None
