@@ -11,6 +11,8 @@ The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 `/admin/*` needs the admin bearer token, `/v1/*` the API key when one is set
 (`serve.admin_auth`); every call to an instance is signed (`serve.control_auth`).
 
+At most `router.max_inflight_requests` requests that call instances run at once; past that,
+429 with `Retry-After` (`serve.overload.InflightLimit`).
 Every body is read, bounded and timed by `serve.edge.EdgeGuard` before a route runs (and any
 error a route lets escape becomes a JSON 500 there); headers have their own deadline
 (`edge_server_config`). Every error leaves as OpenAI's error JSON; the status comes from
@@ -49,6 +51,7 @@ from prfaas.serve.errors import (
 )
 from prfaas.serve.flow import RouterRuntime
 from prfaas.serve.metrics import RouterMetrics
+from prfaas.serve.overload import InflightLimit, LoopWatch
 from prfaas.serve.rebalance import admin_view
 from prfaas.serve.registry import Registry
 from prfaas.serve.tokenization import register_tokenization
@@ -131,9 +134,10 @@ def _admin_routes(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:
 
 
 def _refused(holder: dict[str, RouterRuntime], path: str, status: int) -> None:
-    """A completions request refused at the edge (413, 415, 408) ends `failed` too."""
+    """A completions request refused at the edge ends `failed` too (413, 415, 408), or
+    `rejected` (429: the in-flight limit, `serve.overload`)."""
     if path.startswith("/v1/") and "rt" in holder:
-        holder["rt"].metrics.ended("failed", status)
+        holder["rt"].metrics.ended("rejected" if status == 429 else "failed", status)
 
 
 def build_app(deployment: Deployment) -> FastAPI:
@@ -142,22 +146,36 @@ def build_app(deployment: Deployment) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         signer = ControlSigner(transfer_secret(deployment), deployment)
-        async with httpx.AsyncClient(timeout=10.0, auth=signer) as client:
-            registry = Registry(deployment, client)
+        # Requests' calls are bounded by the in-flight limit, not by a pool they would queue
+        # for; health polls have a client of their own (serve.registry)
+        limits = httpx.Limits(max_connections=None)
+        async with (
+            httpx.AsyncClient(timeout=10.0, auth=signer, limits=limits) as client,
+            httpx.AsyncClient(timeout=10.0, auth=signer) as health_client,
+        ):
+            watch = LoopWatch()
+            registry = Registry(deployment, health_client, watch)
             rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
             holder["rt"] = rt
             await registry.poll_once()
-            poller = asyncio.create_task(registry.run())
-            slow = asyncio.create_task(rt.slow_loop.run(rt))
+            tasks = [
+                asyncio.create_task(job)
+                for job in (watch.run(), registry.run(), rt.slow_loop.run(rt))
+            ]
             try:
                 yield
             finally:
-                poller.cancel()
-                slow.cancel()
+                for task in tasks:
+                    task.cancel()
                 await rt.slow_loop.close()
 
     app = FastAPI(lifespan=lifespan)
     r = deployment.router
+    app.add_middleware(  # innermost: counts requests whose body the edge has read
+        InflightLimit,
+        max_inflight=r.max_inflight_requests,
+        on_refused=lambda path, status: _refused(holder, path, status),
+    )
     app.add_middleware(
         EdgeGuard,
         max_body_bytes=r.max_body_bytes,
