@@ -141,20 +141,26 @@ def up(
     --quiet), and the router's summary when it stops."""
     from prfaas.serve.launcher import Launcher
     from prfaas.serve.startup import wait_with_progress
-    from prfaas.serve.supervisor import Supervisor
+    from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
 
+    # SIGTERM stops as Ctrl-C does at every stage: before the serving line both raise
+    # KeyboardInterrupt, which stops what was started (children, the link's namespaces)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         loaded = _overridden(load_deployment(deployment), host, port, model, backend)
         require_valid(loaded, Scope.ALL, secret_generated=True)
         launcher = Launcher(loaded, quiet=quiet)
-        launcher.start()
         try:
+            launcher.start()
             wait_with_progress(launcher, launcher.start_timeout_s)
         except BaseException:
             launcher.stop()
             raise
     except ServeError as err:
         raise _fail(err) from None
+    except KeyboardInterrupt:
+        print("prfaas: stopped before serving; every process stopped", file=sys.stderr)
+        raise typer.Exit(EXIT_STOPPED) from None
     typer.echo(f"prfaas: serving {launcher.deployment.model_name} at {launcher.url}/v1")
     if launcher.admin_token_generated:
         typer.echo(f"prfaas: admin token (Authorization: Bearer): {launcher.admin_token}")

@@ -7,7 +7,8 @@
     respawn(name)     that child started again, same command and environment (the
                       supervisor's restart: `serve.supervisor`)
     stop()            SIGTERM to every child, SIGKILL after a grace period, then the link's
-                      namespaces (and delay-line process) removed, temp file removed
+                      namespaces (and delay-line process) removed, temp file removed; SIGINT
+                      and SIGTERM are ignored meanwhile, so a second Ctrl-C cannot cut it short
 
 Children share one environment: the transfer secret and the router's admin token, each from
 the file, else the launcher's environment, else generated once per run (`admin_token` holds
@@ -34,7 +35,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -161,7 +164,9 @@ class Launcher:
         self.respawn("router")
 
     def respawn(self, name: str) -> None:
-        """Start child `name` (again): the command and environment of the first start."""
+        """Start child `name` (again): the command and environment of the first start, in a
+        process group of its own, so the terminal's Ctrl-C reaches `prfaas up` alone (which
+        stops its children itself) and never a child in the middle of its start."""
         out = subprocess.DEVNULL if self._quiet else None
         self._children[name] = subprocess.Popen(
             self._argv[name],
@@ -169,6 +174,7 @@ class Launcher:
             stdout=out,
             stderr=None,
             preexec_fn=die_with_parent,  # noqa: PLW1509
+            process_group=0,
         )
 
     @property
@@ -191,6 +197,19 @@ class Launcher:
             time.sleep(0.25)
         raise DeploymentError(f"the deployment was not healthy within {timeout_s:.0f} s")
 
+    def is_serving(self, name: str) -> bool:
+        """Whether child `name` answers now: an instance its signed /info, the router its
+        /health (whatever it says of the instances)."""
+        specs = {spec.name: spec for spec in self.deployment.instances}
+        with contextlib.suppress(httpx.HTTPError):
+            if name in specs:
+                response = httpx.get(
+                    specs[name].url + "/info", timeout=1.0, auth=self.instance_auth()
+                )
+                return response.status_code == 200
+            return httpx.get(self.url + "/health", timeout=1.0).status_code in (200, 503)
+        return False
+
     def is_healthy(self) -> bool:
         """Whether the router says every instance is registered and answering."""
         with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
@@ -198,6 +217,12 @@ class Launcher:
         return False
 
     def stop(self) -> None:
+        """Every child stopped, then the link and the temp file removed; once begun it is
+        not cut short by a second Ctrl-C or SIGTERM (`_signals_ignored`)."""
+        with _signals_ignored():
+            self._stop()
+
+    def _stop(self) -> None:
         for child in self._children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -224,6 +249,23 @@ class Launcher:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored while the body runs (main thread only: elsewhere signal
+    handlers cannot be set, and signals are handled by the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stopping}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(sig, handler)
 
 
 def _kernel_unavailable_reason(deployment: Deployment) -> str | None:

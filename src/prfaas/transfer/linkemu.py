@@ -169,6 +169,7 @@ def _start_delay_line(
         [sys.executable, "-m", "prfaas.transfer.delayline", link.sender_netns, tun_s,
          link.receiver_netns, tun_r, str(delay_s)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,  # the terminal's Ctrl-C is for its owner, who stops it
     )  # fmt: skip
     stack.callback(_stop, process)
     assert process.stdout is not None
