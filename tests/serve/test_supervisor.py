@@ -4,6 +4,7 @@ code 3 and nothing left behind. The restart budget's arithmetic is tested on its
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -151,15 +152,17 @@ class Up:
         return result
 
 
-def _deployment_file(tmp_path: Path) -> Path:
+def _deployment_file(
+    tmp_path: Path, *, backoff_base_s: float = 0.5, request_timeout_s: float = 120.0
+) -> Path:
     deployment = emulated_deployment(
-        router=RouterSpec(port=free_port()),
+        router=RouterSpec(port=free_port(), request_timeout_s=request_timeout_s),
         emulation=EmulationSpec(time_factor=0.2, byte_factor=1 / 4096),
         supervisor=SupervisorSpec(
             max_restarts=2,
             window_s=600.0,
-            backoff_base_s=0.5,
-            backoff_cap_s=2.0,
+            backoff_base_s=backoff_base_s,
+            backoff_cap_s=max(2.0, backoff_base_s),
             start_timeout_s=300.0,
         ),
         instances=(
@@ -315,3 +318,57 @@ def test_a_stop_signal_before_the_serving_line_removes_the_namespaces(
     assert "prfaas: stopped before serving; every process stopped" in up.process.stderr.read()
     assert not ours & _netns()
     assert not any(_alive(p) for p in up.seen_pids)
+
+
+def _delay_line_pid(up_pid: int) -> int | None:
+    for pid in _descendants(up_pid):
+        with contextlib.suppress(OSError):
+            if b"prfaas.transfer.delayline" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
+def _health(up: Up) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = httpx.get(up.url + "/health", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return result
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01)) is not None,
+    reason=str(linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01))),
+)
+def test_a_killed_delay_line_sends_long_prompts_to_pd_p_until_it_is_restarted(
+    tmp_path: Path,
+) -> None:
+    """The link is down while its delay line is (a 4 s backoff keeps it down long enough to
+    see): long prompts go to PD-P at once, not after a request timeout (set to 20 s here,
+    so a prompt stuck on the cut link would fail the path assertion after the restart too)."""
+    up = Up(_deployment_file(tmp_path, backoff_base_s=4.0, request_timeout_s=20.0))
+    long_prompt = "a long prompt over the link " * 60
+
+    def path_of(tag: str) -> str:
+        return str(up.complete(f"{tag} {long_prompt}")["prfaas"]["path"])
+
+    try:
+        assert path_of("before") == "prfaas"
+        line = _wait("the delay line running", lambda: _delay_line_pid(up.process.pid))
+        os.kill(line, signal.SIGKILL)
+        down = _wait("the link shown down", lambda: _health(up).get("link") == "down")
+        assert down and _health(up)["status"] == "degraded"
+        assert path_of("while down") == "pd-p"
+        _wait("the link back", lambda: _health(up) == {"status": "ok", "healthy": 4})
+        assert _delay_line_pid(up.process.pid) not in (None, line)
+        assert path_of("after") == "prfaas"  # the restarted line carries the KV again
+        up.process.send_signal(signal.SIGTERM)
+        assert up.process.wait(timeout=WAIT_S) == 0
+    finally:
+        if up.process.poll() is None:
+            up.process.kill()
+    assert up.process.stderr is not None
+    err = up.process.stderr.read()
+    assert "prfaas: link-delay-line exited (code -9); restarting in 4 s" in err
+    assert "prfaas: link-delay-line is back, " in err

@@ -89,6 +89,7 @@ from prfaas.serve.json_lines import json_line
 from prfaas.serve.kv_claims import KvClaims
 from prfaas.serve.kvlink import (
     DelayedTransport,
+    link_probe_for,
     token_bucket_bytes_per_s,
     transports_for,
 )
@@ -108,6 +109,7 @@ from prfaas.transfer import (
     TransferError,
     TransferReceived,
 )
+from prfaas.transfer.linkemu import RouteProbe
 
 ARRIVAL_TIMEOUT_S = 60.0
 HOUSEKEEPING_PERIOD_S = 1.0
@@ -162,6 +164,7 @@ class InstanceRuntime:
     sink: ArraySink | None = None
     claims: KvClaims | None = None  # arrived KV by request id (with `sink`)
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
+    link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kvlink)
     activity: Activity = field(default_factory=Activity)
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 
@@ -238,6 +241,7 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
         return  # its engine owns the transfer port (serve.backends.vllm)
     identity = rt.worker.info.peer
     transport = transports_for(rt.deployment, rt.spec)
+    rt.link_probe = link_probe_for(rt.deployment, rt.spec)
     rt.sender = Sender(rt.transfer_config, identity, transport)  # every role may prefill
     if rt.spec.role is not InstanceRole.PRFAAS_PREFILL and rt.info.can_move_prefix:
         link = rt.deployment.link

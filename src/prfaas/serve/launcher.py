@@ -5,7 +5,8 @@
                       the router (`prfaas router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
     respawn(name)     that child started again, same command and environment (the
-                      supervisor's restart: `serve.supervisor`)
+                      supervisor's restart: `serve.supervisor`); `supervised` lists the
+                      children and the link's delay line, which is restarted the same way
     stop()            SIGTERM to every child, SIGKILL after a grace period, then the link's
                       namespaces (and delay-line process) removed, temp file removed; SIGINT
                       and SIGTERM are ignored meanwhile, so a second Ctrl-C cannot cut it short
@@ -40,6 +41,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 import yaml
@@ -65,6 +67,8 @@ from prfaas.transfer.errors import LinkEmulationError
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0
+#: The link's user-space delay line, supervised beside the children under this name.
+DELAY_LINE = "link-delay-line"
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,7 @@ class Launcher:
         self.admin_token_generated = configured_admin_token(deployment) is None
         self._file: Path | None = None
         self._link = contextlib.ExitStack()
+        self._delay_line: linkemu.DelayLine | None = None
 
     @property
     def url(self) -> str:
@@ -95,6 +100,14 @@ class Launcher:
     @property
     def children(self) -> dict[str, subprocess.Popen[bytes]]:
         return self._children
+
+    @property
+    def supervised(self) -> dict[str, subprocess.Popen[Any]]:
+        """Every process the supervisor restarts when it exits: the children and the link's
+        delay line (`DELAY_LINE`: while it is down the link is cut, and the PrfaaS instances
+        report it so the router sends long prompts to PD-P)."""
+        line = self._delay_line
+        return {**self._children, **({DELAY_LINE: line.process} if line is not None else {})}
 
     def instance_auth(self) -> ControlSigner:
         """Signs calls to the instances' control API as the router does (operator tools)."""
@@ -130,6 +143,7 @@ class Launcher:
             except LinkEmulationError as err:
                 reason = str(err)
             else:
+                self._delay_line = built.delay_line
                 netns = NamespaceLink(
                     sender_netns=built.sender_netns,
                     receiver_netns=built.receiver_netns,
@@ -166,7 +180,16 @@ class Launcher:
     def respawn(self, name: str) -> None:
         """Start child `name` (again): the command and environment of the first start, in a
         process group of its own, so the terminal's Ctrl-C reaches `prfaas up` alone (which
-        stops its children itself) and never a child in the middle of its start."""
+        stops its children itself) and never a child in the middle of its start. The delay
+        line is started again with its devices set up as at the first start (a failure is
+        logged and leaves it exited, for the supervisor's budget)."""
+        if name == DELAY_LINE:
+            assert self._delay_line is not None
+            try:
+                self._delay_line.restart()
+            except LinkEmulationError as err:
+                log.warning("prfaas: the link's delay line did not restart: %s", err)
+            return
         out = subprocess.DEVNULL if self._quiet else None
         self._children[name] = subprocess.Popen(
             self._argv[name],
@@ -200,6 +223,8 @@ class Launcher:
     def is_serving(self, name: str) -> bool:
         """Whether child `name` answers now: an instance its signed /info, the router its
         /health (whatever it says of the instances)."""
+        if name == DELAY_LINE:
+            return self.supervised[name].poll() is None
         specs = {spec.name: spec for spec in self.deployment.instances}
         with contextlib.suppress(httpx.HTTPError):
             if name in specs:
@@ -234,6 +259,7 @@ class Launcher:
                 child.kill()
                 child.wait()
         self._link.close()  # after the children: nothing uses the namespaces any more
+        self._delay_line = None
         if self._file is not None:
             self._file.unlink(missing_ok=True)
             self._file = None

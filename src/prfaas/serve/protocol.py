@@ -121,7 +121,9 @@ class ResourcesBody(_Body):
 class InstanceState(_Body):
     """Load and cache events. `role` is the instance's role now (a PD instance may have been
     flipped); `prefill_busy_s` the seconds since start with at least one prefill running (PD-P
-    utilisation for the slow loop); `active_*` the prefill and decode calls in progress."""
+    utilisation for the slow loop); `active_*` the prefill and decode calls in progress;
+    `link_up` whether a PrfaaS instance's kernel-shaped link is there now (None: no such
+    link to watch)."""
 
     boot_id: str
     role: str | None = None
@@ -135,6 +137,7 @@ class InstanceState(_Body):
     active_prefills: int = 0
     active_decodes: int = 0
     resources: ResourcesBody = ResourcesBody()
+    link_up: bool | None = None
 
 
 class CancelRequest(_Body):

@@ -18,8 +18,11 @@ mark it, through its `FailureBreaker` (`serve.breaker`: `request_failed`,
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
 (`/info`, `/state`) or what the router switched it to (`serve.rebalance`). An instance that
-drains for a role flip (`is_draining`) is not accepting either; `inflight` counts the requests
-the router placed on it (prefill or decode stage) that have not finished that stage.
+drains for a role flip (`is_draining`) is not accepting either, nor a PrfaaS instance whose
+kernel-shaped link is down (`is_link_up`: its `/state` says `link_up: false`, e.g. the link's
+delay line died; long prompts then go to PD-P at once until it is back); `inflight` counts
+the requests the router placed on it (prefill or decode stage) that have not finished that
+stage.
 
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
@@ -81,6 +84,7 @@ class LiveInstance:
     role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
+    is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
 
     @property
     def name(self) -> str:
@@ -89,7 +93,10 @@ class LiveInstance:
     @property
     def is_accepting(self) -> bool:
         return (
-            self.is_healthy and not self.is_draining and not self.breaker.is_open(time.monotonic())
+            self.is_healthy
+            and not self.is_draining
+            and self.is_link_up
+            and not self.breaker.is_open(time.monotonic())
         )
 
 
@@ -161,6 +168,7 @@ class Registry:
         inst.next_seq = state.next_seq
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
+        inst.is_link_up = state.link_up is not False
         if state.role is not None and epoch == inst.role_epoch:
             inst.role = InstanceRole(state.role)
         now = time.monotonic()
@@ -249,6 +257,10 @@ class Registry:
             for i in self.instances.values()
         )
         return ClusterView(now_s, views, self.link_view())
+
+    def links_down(self) -> list[str]:
+        """The healthy PrfaaS instances whose link is down now."""
+        return [i.name for i in self.healthy(InstanceRole.PRFAAS_PREFILL) if not i.is_link_up]
 
     def link_view(self) -> LinkView:
         """The inter-cluster link: the PrfaaS instances' sender telemetry, summed."""

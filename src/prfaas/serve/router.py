@@ -76,6 +76,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
                 "failures_in_a_row": i.breaker.failures_in_a_row,  # its own (serve.breaker)
+                "link_up": i.is_link_up,
                 "restarts": i.restarts,
                 "running": i.num_running,
                 "waiting": i.num_waiting,
@@ -86,6 +87,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
             for i in rt.registry.instances.values()
         ],
         "link": {
+            "up": not rt.registry.links_down(),
             "shaping": rt.deployment.link.shaping_in_force,
             "shaping_reason": rt.deployment.link.shaping_reason,
             "netns": netns.model_dump() if netns is not None else None,
@@ -99,6 +101,23 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
         "recent_decisions": list(rt.recent),
         "rebalance": admin_view(rt.slow_loop),
     }
+
+
+def _health(rt: RouterRuntime) -> JSONResponse:
+    """200 "ok": every instance is up; 200 "degraded": some are down, or the PrfaaS link is
+    (`"link": "down"`), but a prefill and a decode instance serve; 503: requests cannot be
+    served."""
+    healthy = rt.registry.healthy()
+    roles = {i.role for i in healthy}
+    can_serve = any(r.is_prefill for r in roles) and any(not r.is_prefill for r in roles)
+    link_down = bool(rt.registry.links_down())
+    whole = len(healthy) == len(rt.registry.instances) and not link_down
+    status = "ok" if whole else "degraded"
+    body: dict[str, Any] = {"status": status if can_serve else "unavailable"}
+    body["healthy"] = len(healthy)
+    if link_down:
+        body["link"] = "down"
+    return JSONResponse(body, status_code=200 if can_serve else 503)
 
 
 def _role(raw: bytes, max_body_bytes: int) -> InstanceRole:
@@ -215,15 +234,7 @@ def build_app(deployment: Deployment) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        """200 "ok": every instance is up; 200 "degraded": some are down but a prefill and a
-        decode instance serve; 503: requests cannot be served."""
-        rt = runtime()
-        healthy = rt.registry.healthy()
-        roles = {i.role for i in healthy}
-        can_serve = any(r.is_prefill for r in roles) and any(not r.is_prefill for r in roles)
-        status = "ok" if len(healthy) == len(rt.registry.instances) else "degraded"
-        body = {"status": status if can_serve else "unavailable", "healthy": len(healthy)}
-        return JSONResponse(body, status_code=200 if can_serve else 503)
+        return _health(runtime())
 
     @app.get("/metrics")
     async def metrics() -> Response:

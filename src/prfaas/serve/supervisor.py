@@ -1,8 +1,9 @@
 """`prfaas up` after start-up: restart children that exit, give up when they keep exiting.
 
-Every child (each instance and the router) that exits while the deployment runs is restarted
-with the same command line and environment after a backoff of `backoff_base_s` x 2^(k-1),
-at most `backoff_cap_s`, where k counts its exits within the last `window_s` (config
+Every child (each instance and the router) and the link's delay line (`Launcher.supervised`)
+that exits while the deployment runs is restarted with the same command line and environment
+after a backoff of `backoff_base_s` x 2^(k-1), at most `backoff_cap_s`, where k counts its
+exits within the last `window_s` (config
 `supervisor`). A child that exits more than `max_restarts` times within `window_s` exhausts
 the budget: everything is stopped and `prfaas up` exits with `EXIT_GAVE_UP`. Each exit is
 one line (`prfaas: NAME exited (code C); restarting in D s`), and so is each return, once
@@ -86,7 +87,7 @@ class Supervisor:
     def step(self, budget: RestartBudget) -> bool:
         """Notice exits, restart what is due; False once a child's budget is exhausted."""
         now_s = self.clock()
-        for name, child in self.launcher.children.items():
+        for name, child in self.launcher.supervised.items():
             if name in self._due or child.poll() is None:
                 continue
             delay_s = budget.on_exit(name, now_s)
