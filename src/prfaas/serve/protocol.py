@@ -198,6 +198,24 @@ def transcript(messages: list[ChatTurn]) -> str:
     return "\n".join([*lines, "assistant:"])
 
 
+#: `transcript` as a Hugging Face chat template (Jinja): what `prfaas tokenizer` writes for
+#: the byte tokenizer. A client that renders a chat with it and encodes the text with the
+#: tokenizer's special tokens (`tokenizer(text)`: the <bos> the server adds too) counts the ids
+#: the chat endpoint prefills (tests/engine/test_tokenizer_dir.py keeps them equal); the
+#: generation prompt is always there, as in `transcript`.
+TRANSCRIPT_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if not loop.first -%}{{- '\n' -}}{%- endif -%}"
+    "{%- if message['role'] == 'developer' -%}system{%- else -%}{{- message['role'] -}}"
+    "{%- endif -%}{{- ': ' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for part in message['content'] -%}{{- part['text'] | default('') -}}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- '\nassistant:' -}}"
+)
+
+
 class TokenizeRequest(_Body):
     """A prompt's text, or a chat (`chat`: rendered as the chat endpoint does)."""
 
