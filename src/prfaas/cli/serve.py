@@ -152,6 +152,8 @@ def up(
         launcher = Launcher(loaded, quiet=quiet)
         try:
             launcher.start()
+            if launcher.engine_log_dir is not None:
+                print(f"prfaas: engine output in {launcher.engine_log_dir}/<instance>.log")
             wait_with_progress(launcher, launcher.start_timeout_s)
         except BaseException:
             launcher.stop()

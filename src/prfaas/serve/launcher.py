@@ -1,8 +1,9 @@
 """`prfaas up`: start every process of a deployment on this host, wait for health, stop cleanly.
 
-    Launcher.start()  ports resolved, the link's shaping resolved (below), deployment written
-                      to a temp file, one child per instance (`prfaas instance --name N`) and
-                      the router (`prfaas router`); on any failure, `stop()` before raising
+    Launcher.start()  ports resolved, the link's shaping resolved (below), vLLM engines' log
+                      directory made (`engine_log_dir`), deployment written to a temp file,
+                      one child per instance (`prfaas instance --name N`) and the router
+                      (`prfaas router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
     respawn(name)     that child started again, same command and environment (the
                       supervisor's restart: `serve.supervisor`); `supervised` lists the
@@ -123,7 +124,7 @@ class Launcher:
         """Every process up (not yet healthy); on failure nothing is left behind."""
         try:
             transfer_tls(self.deployment)  # TLS files checked here: one error, not one per child
-            self.deployment = self._shape_link(self.deployment)
+            self.deployment = _with_engine_log_dir(self._shape_link(self.deployment))
             self._spawn_all()
         except BaseException:
             self.stop()
@@ -201,6 +202,12 @@ class Launcher:
         )
 
     @property
+    def engine_log_dir(self) -> str | None:
+        """Where the vLLM engines write their output (one file per instance), if any."""
+        d = self.deployment
+        return d.vllm.log_dir if d.backend is Backend.VLLM else None
+
+    @property
     def start_timeout_s(self) -> float:
         """How long a start may take: vLLM engines have a budget of their own."""
         d = self.deployment
@@ -275,6 +282,16 @@ class Launcher:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _with_engine_log_dir(deployment: Deployment) -> Deployment:
+    """A vllm deployment whose engines write to a fresh directory of this run (unless the
+    file names one): ~350 start-up lines per engine go there, not to the terminal."""
+    if deployment.backend is not Backend.VLLM or deployment.vllm.log_dir:
+        return deployment
+    log_dir = tempfile.mkdtemp(prefix="prfaas-engine-logs-")
+    vllm = deployment.vllm.model_copy(update={"log_dir": log_dir})
+    return deployment.model_copy(update={"vllm": vllm})
 
 
 @contextlib.contextmanager

@@ -54,6 +54,7 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
+from prfaas.serve.backends.child_log import exit_report, log_path, spawn_logged
 from prfaas.serve.backends.vllm_arch import (
     engine_refusal,
     layout_mismatch,
@@ -182,6 +183,7 @@ class VllmBackend:
             f"tcp://{spec.host}:{self.events_port}", self._pending.append
         )
         self._status_path = Path(f"/tmp/prfaas-vllm-{spec.name}-{os.getpid()}.json")
+        self._log = log_path(self._settings.log_dir, spec.name)  # vllm serve's output
         self._child: subprocess.Popen[bytes] | None = None
         self._client: httpx.AsyncClient | None = None
         self._sync = httpx.Client(timeout=30.0)
@@ -268,17 +270,15 @@ class VllmBackend:
         env = vllm_environment(self._settings)
         env[SECRET_ENV_VAR] = transfer_secret(self._deployment).decode()  # never on argv
         self._subscriber.start()
-        self._child = subprocess.Popen(
-            self.command(),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # noqa: PLW1509
-            start_new_session=True,  # its engine-core processes share its group: stop kills all
-        )
+        if not self._settings.log_dir:
+            print(f"prfaas: {self._spec.name}: vllm serve writes to {self._log}", file=sys.stderr)
+        self._child = spawn_logged(self.command(), self._log, env=env, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self._settings.start_timeout_s
         while time.monotonic() < deadline:
             if self._child.poll() is not None:
-                raise InstanceFailedError(f"vllm serve exited with code {self._child.returncode}")
+                raise InstanceFailedError(
+                    exit_report("vllm serve", self._child.returncode, self._log)
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if self._sync.get(self.url + "/health", timeout=2.0).status_code == 200:
                     break
@@ -286,7 +286,8 @@ class VllmBackend:
         else:
             self.stop()
             raise InstanceFailedError(
-                f"vllm serve did not answer within {self._settings.start_timeout_s:.0f} s"
+                f"vllm serve did not answer within {self._settings.start_timeout_s:.0f} s "
+                f"(log: {self._log})"
             )
         mismatch = layout_mismatch(self.model, self._cache_layout())
         if mismatch is not None:
@@ -313,7 +314,9 @@ class VllmBackend:
         assert self._client is not None
         while True:
             if self._child is not None and self._child.poll() is not None:
-                print(f"prfaas: vllm serve of {self._spec.name} died", file=sys.stderr)
+                code = self._child.returncode
+                report = exit_report(f"vllm serve of {self._spec.name}", code, self._log)
+                print(f"prfaas: {report}", file=sys.stderr)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             with contextlib.suppress(httpx.HTTPError):
