@@ -341,23 +341,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def with_ports(deployment: Deployment) -> Deployment:
-    """Every port left at 0 replaced by a free one (single host: the launcher's job)."""
-    router = deployment.router
-    if router.port == 0:
-        router = router.model_copy(update={"port": free_port(router.host)})
-    instances = tuple(
-        spec.model_copy(
-            update={
-                "http_port": spec.http_port or free_port(spec.host),
-                "transfer_port": spec.transfer_port or free_port(spec.host),
-            }
-        )
-        for spec in deployment.instances
-    )
-    return deployment.model_copy(update={"router": router, "instances": instances})
-
-
 ADMIN_TOKEN_ENV_VAR = "PRFAAS_ADMIN_TOKEN"
 API_KEY_ENV_VAR = "PRFAAS_API_KEY"
 

@@ -42,6 +42,7 @@ when it is idle.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -80,6 +81,7 @@ from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
+    DeploymentError,
     InstanceFailedError,
     NoCapacityError,
     ServeError,
@@ -251,7 +253,14 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
     rt.sink = ArraySink(SINK_BYTES)
     rt.claims = KvClaims(rt.sink)
     rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
-    await rt.receiver.start(PeerAddress(rt.spec.host, rt.spec.transfer_port))
+    address = PeerAddress(rt.spec.host, rt.spec.transfer_port)
+    try:
+        await rt.receiver.start(address)
+    except OSError as err:  # the port and the cause, in the CLI's one line
+        raise DeploymentError(
+            f"{rt.spec.name}: transfer_port: cannot listen on {address.host}:{address.port}: "
+            f"{os.strerror(err.errno) if err.errno else err}"
+        ) from None
 
 
 async def _pump_arrivals(rt: InstanceRuntime) -> None:
@@ -519,10 +528,10 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             rt.worker.start()
+            await _start_transfer(rt)
         except ServeError as err:
             rt.startup_error = err
             raise
-        await _start_transfer(rt)
         tasks = [asyncio.create_task(_housekeeping(rt))]
         if rt.receiver is not None:
             tasks.append(asyncio.create_task(_pump_arrivals(rt)))

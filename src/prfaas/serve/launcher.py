@@ -1,9 +1,10 @@
 """`prfaas up`: start every process of a deployment on this host, wait for health, stop cleanly.
 
-    Launcher.start()  ports resolved, the link's shaping resolved (below), vLLM engines' log
-                      directory made (`engine_log_dir`), deployment written to a temp file,
-                      one child per instance (`prfaas instance --name N`) and the router
-                      (`prfaas router`); on any failure, `stop()` before raising
+    Launcher.start()  ports left at 0 chosen and held until stop() (`serve.ports`), the
+                      link's shaping resolved (below), vLLM engines' log directory made
+                      (`engine_log_dir`), deployment written to a temp file, one child per
+                      instance (`prfaas instance --name N`) and the router (`prfaas
+                      router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
     respawn(name)     that child started again, same command and environment (the
                       supervisor's restart: `serve.supervisor`); `supervised` lists the
@@ -34,6 +35,7 @@ import contextlib
 import ctypes
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,10 +60,10 @@ from prfaas.serve.config import (
     child_environment,
     configured_admin_token,
     transfer_tls,
-    with_ports,
 )
 from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.errors import DeploymentError
+from prfaas.serve.ports import with_held_ports
 from prfaas.transfer import linkemu
 from prfaas.transfer.config import SECRET_ENV_VAR
 from prfaas.transfer.errors import LinkEmulationError
@@ -82,7 +84,8 @@ def die_with_parent() -> None:
 
 class Launcher:
     def __init__(self, deployment: Deployment, *, quiet: bool = True) -> None:
-        self.deployment = with_ports(deployment)
+        self.deployment = deployment
+        self._held_ports: list[socket.socket] = []  # the ports start() chose, until stop()
         self._quiet = quiet
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._argv: dict[str, list[str]] = {}
@@ -123,6 +126,7 @@ class Launcher:
     def start(self) -> None:
         """Every process up (not yet healthy); on failure nothing is left behind."""
         try:
+            self.deployment, self._held_ports = with_held_ports(self.deployment)
             transfer_tls(self.deployment)  # TLS files checked here: one error, not one per child
             self.deployment = _with_engine_log_dir(self._shape_link(self.deployment))
             self._spawn_all()
@@ -270,6 +274,9 @@ class Launcher:
         if self._file is not None:
             self._file.unlink(missing_ok=True)
             self._file = None
+        for sock in self._held_ports:
+            sock.close()
+        self._held_ports = []
 
     def __enter__(self) -> Launcher:
         self.start()
