@@ -80,6 +80,7 @@ from prfaas.serve.errors import (
 )
 from prfaas.serve.json_lines import split_lines
 from prfaas.serve.launcher import die_with_parent
+from prfaas.serve.ports import hold_port
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError, UnsupportedConfigError
 from prfaas.transfer import LinkSignals, PeerIdentity, checkpoint_fingerprint, identity_for
@@ -155,8 +156,9 @@ class VllmBackend:
                 f"could not convert its tokenizer: {self.probed['tokenizer_error']}"
             )
         self._tokenizer = load_tokenizer(self.model_dir, converted)
-        self.port = free_port(spec.host)
-        self.events_port = free_port(spec.host)
+        self._port_hold = hold_port(spec.host)  # held until stop: vllm serve binds minutes later
+        self.port = int(self._port_hold.getsockname()[1])
+        self.events_port = free_port(spec.host)  # bound here, by the subscriber, at start
         self.url = f"http://{spec.host}:{self.port}"
         scheme = HashScheme(
             deployment.block_tokens, model_fingerprint(self.model), deployment.hash_seed
@@ -307,6 +309,7 @@ class VllmBackend:
                 child.wait(timeout=STOP_GRACE_S)
             _signal_group(child, signal.SIGKILL)  # engine-core processes left behind, if any
             child.wait()
+        self._port_hold.close()
         self._status_path.unlink(missing_ok=True)
 
     async def _watch(self) -> None:
