@@ -3,11 +3,11 @@
 Every child (each instance and the router) and the link's delay line (`Launcher.supervised`)
 that exits while the deployment runs is restarted with the same command line and environment
 after a backoff of `backoff_base_s` x 2^(k-1), at most `backoff_cap_s`, where k counts its
-exits within the last `window_s` (config
-`supervisor`). A child that exits more than `max_restarts` times within `window_s` exhausts
-the budget: everything is stopped and `prfaas up` exits with `EXIT_GAVE_UP`. Each exit is
-one line (`prfaas: NAME exited (code C); restarting in D s`), and so is each return, once
-the restarted child answers (`prfaas: NAME is back, S s after its restart`).
+exits within the last `window_s` (config `supervisor`). A child that exits more than
+`max_restarts` times within `window_s` exhausts the budget: everything is stopped and
+`prfaas up` exits with `EXIT_GAVE_UP`. Each exit is one line (`prfaas: NAME exited (code C);
+restarting in D s`), and so is each return, once the restarted child answers (`prfaas: NAME
+is back, S s after its restart`).
 
 Meanwhile the router routes around a dead instance (its calls fail or `/state` stops
 answering: unhealthy, nothing placed on it, its cache entries dropped) and takes it back when
