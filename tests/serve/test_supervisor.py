@@ -280,6 +280,16 @@ def test_ctrl_c_during_a_restart_stops_everything_cleanly(up: Up) -> None:
     assert not any(_alive(p) for p in up.seen_pids)
 
 
+def _stop(up: Up) -> None:
+    """SIGTERM (so a failed test leaves no namespaces behind), SIGKILL if it hangs."""
+    if up.process.poll() is None:
+        up.process.send_signal(signal.SIGTERM)
+        try:
+            up.process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            up.process.kill()
+
+
 def _link_namespaces_of(up_pid: int) -> set[str]:
     """The link's namespaces, from the deployment file the launcher wrote for its children
     (it writes it after it built them), once a child runs."""
@@ -311,8 +321,7 @@ def test_a_stop_signal_before_the_serving_line_removes_the_namespaces(
         up.process.send_signal(stop)
         assert up.process.wait(timeout=WAIT_S) == 0
     finally:
-        if up.process.poll() is None:
-            up.process.kill()
+        _stop(up)
     assert up.process.stdout is not None and up.process.stderr is not None
     assert "serving" not in up.process.stdout.read()  # it was stopped while starting
     assert "prfaas: stopped before serving; every process stopped" in up.process.stderr.read()
@@ -366,8 +375,7 @@ def test_a_killed_delay_line_sends_long_prompts_to_pd_p_until_it_is_restarted(
         up.process.send_signal(signal.SIGTERM)
         assert up.process.wait(timeout=WAIT_S) == 0
     finally:
-        if up.process.poll() is None:
-            up.process.kill()
+        _stop(up)
     assert up.process.stderr is not None
     err = up.process.stderr.read()
     assert "prfaas: link-delay-line exited (code -9); restarting in 4 s" in err
