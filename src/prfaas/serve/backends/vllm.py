@@ -185,12 +185,16 @@ class VllmBackend:
             f"tcp://{spec.host}:{self.events_port}", self._pending.append
         )
         self._status_path = Path(f"/tmp/prfaas-vllm-{spec.name}-{os.getpid()}.json")
-        self._log = log_path(self._settings.log_dir, spec.name)  # vllm serve's output
         self._child: subprocess.Popen[bytes] | None = None
         self._client: httpx.AsyncClient | None = None
         self._sync = httpx.Client(timeout=30.0)
         self._decodes: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def _log(self) -> Path:
+        """The file vllm serve writes its output to (`backends.child_log`)."""
+        return log_path(self._settings.log_dir, self._spec.name)
 
     def _probe(self) -> dict[str, Any]:
         """vLLM's reading of the model directory with the flags `command` gives the engine
