@@ -319,12 +319,14 @@ def test_a_stop_signal_before_the_serving_line_removes_the_namespaces(
         assert ours <= _netns()
         up.seen_pids |= _descendants(up.process.pid)
         up.process.send_signal(stop)
-        assert up.process.wait(timeout=WAIT_S) == 0
+        code = up.process.wait(timeout=WAIT_S)
     finally:
         _stop(up)
     assert up.process.stdout is not None and up.process.stderr is not None
+    err = up.process.stderr.read()
+    assert code == 0, err
     assert "serving" not in up.process.stdout.read()  # it was stopped while starting
-    assert "prfaas: stopped before serving; every process stopped" in up.process.stderr.read()
+    assert "prfaas: stopped before serving; every process stopped" in err
     assert not ours & _netns()
     assert not any(_alive(p) for p in up.seen_pids)
 
