@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 from prfaas.cli.app import main
 from prfaas.engine.models import smollm2_path
 from prfaas.engine.tokenizer import ByteTokenizer, HfTokenizer
+from prfaas.serve import protocol as p
 
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=60)
 
@@ -46,6 +47,29 @@ def test_the_byte_tokenizer_directory_encodes_and_decodes_as_the_engine(text: st
     assert ids == ByteTokenizer().encode_prompt(text, chat=False)
     assert client.decode(ids, skip_special_tokens=True) == text
     assert client.decode(ids, skip_special_tokens=True) == ByteTokenizer().decode(ids)
+
+
+_ROLES = st.sampled_from(["system", "developer", "user", "assistant", "tool"])
+_CONTENT = st.one_of(
+    _TEXT, st.lists(st.builds(lambda t: {"type": "text", "text": t}, _TEXT), max_size=3)
+)
+_MESSAGES = st.lists(st.fixed_dictionaries({"role": _ROLES, "content": _CONTENT}), min_size=1)
+
+
+@settings(deadline=None)
+@given(messages=_MESSAGES)
+def test_the_byte_tokenizer_directory_renders_chats_as_the_chat_endpoint(
+    messages: list[dict[str, Any]],
+) -> None:
+    """A client that renders a chat with the written template and encodes it (as `vllm
+    bench serve` counts a chat prompt) gets the ids the server prefills for that chat
+    (`instance._encode_chat` on a backend without a template: <bos> + `transcript`)."""
+    client = _written("prfaas-1t")
+    turns = [p.ChatTurn.model_validate(m) for m in messages]
+    rendered = client.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert rendered == p.transcript(turns)
+    served = ByteTokenizer().encode_prompt(p.transcript(turns), chat=True)
+    assert client(rendered)["input_ids"] == served
 
 
 @functools.cache

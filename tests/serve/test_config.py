@@ -12,7 +12,6 @@ from prfaas.serve.config import (
     default_deployment,
     load_deployment,
     transfer_secret,
-    with_ports,
 )
 from prfaas.serve.errors import DeploymentError
 from prfaas.transfer.config import SECRET_ENV_VAR
@@ -94,14 +93,6 @@ def test_a_missing_file_is_a_deployment_error(tmp_path: Path) -> None:
 def test_unknown_instance_name() -> None:
     with pytest.raises(DeploymentError, match="no instance named 'x'"):
         default_deployment().instance("x")
-
-
-def test_with_ports_fills_only_ports_left_at_zero(tmp_path: Path) -> None:
-    d = with_ports(load_deployment(_write(tmp_path, GOOD)))
-    assert d.router.port == 9000 and d.instance("prfaas-0").http_port == 9101
-    pdd = d.instance("pdd-0")
-    assert pdd.http_port > 0 and pdd.transfer_port > 0
-    assert d.instance("prfaas-0").transfer_port > 0
 
 
 def test_transfer_secret_file_then_environment_never_a_default(

@@ -26,6 +26,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
+from prfaas.serve.dashboard import History
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
@@ -223,3 +224,19 @@ def _check_figures(parsed: _Figures, state: dict[str, Any], summary: dict[str, A
             assert abs(ttft - latency["ttft_ms"][q]) <= 0.05 + 1e-9
             assert abs(tpot - latency["tpot_ms"][q]) <= 0.005 + 1e-9
     assert len(summary["history"]) >= 2
+
+
+def test_history_marks_the_first_sample_after_a_time_nobody_read_it() -> None:
+    """The charts restart their line there (`after_gap`) instead of drawing one across time
+    with no samples (before the page opened)."""
+    history = History()
+    link = {"utilisation": 0.0, "egress_bytes_per_s": 0.0, "bytes_waiting": 0.0}
+    for now_s in (5.0, 5.5, 6.0, 7.0, 600.0, 601.0):
+        history.sample(now_s, 128, link)
+    assert [(h["t_s"], h["after_gap"]) for h in history.samples] == [
+        (5.0, False),
+        (6.0, False),
+        (7.0, False),
+        (600.0, True),
+        (601.0, False),
+    ]

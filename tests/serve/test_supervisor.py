@@ -4,6 +4,7 @@ code 3 and nothing left behind. The restart budget's arithmetic is tested on its
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from serve_helpers import emulated_deployment, emulated_instance
 
 from prfaas.serve.config import EmulationSpec, InstanceRole, RouterSpec, SupervisorSpec, free_port
 from prfaas.serve.supervisor import EXIT_GAVE_UP, RestartBudget
+from prfaas.transfer import linkemu
 
 WAIT_S = 90.0  # bound on every wait below (no assertion on how long anything takes)
 
@@ -99,7 +101,7 @@ def _wait(what: str, ok: Callable[[], Any]) -> Any:
 class Up:
     """`prfaas up FILE` as a child process, its URL and admin token read from its output."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, wait_serving: bool = True) -> None:
         env = dict(os.environ, PRFAAS_ADMIN_TOKEN="supervisor-test-admin-token")
         env.pop("PRFAAS_TRANSFER_SECRET", None)
         self.process = subprocess.Popen(
@@ -108,13 +110,20 @@ class Up:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            process_group=0,  # as in a terminal: Ctrl-C goes to this group (`ctrl_c`)
         )
+        self.seen_pids: set[int] = set()
+        if not wait_serving:
+            return
         assert self.process.stdout is not None
         line = self.process.stdout.readline()  # blocks until "serving" (or exit: "")
         assert line.startswith("prfaas: serving prfaas-1t at "), line
         self.url = line.split(" at ")[1].strip().removesuffix("/v1")
         self.headers = {"Authorization": "Bearer supervisor-test-admin-token"}
-        self.seen_pids: set[int] = set()
+
+    def ctrl_c(self) -> None:
+        """SIGINT to the terminal's foreground group, as Ctrl-C sends it."""
+        os.killpg(self.process.pid, signal.SIGINT)
 
     def state(self) -> dict[str, Any]:
         result: dict[str, Any] = httpx.get(
@@ -143,16 +152,17 @@ class Up:
         return result
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[Up]:
+def _deployment_file(
+    tmp_path: Path, *, backoff_base_s: float = 0.5, request_timeout_s: float = 120.0
+) -> Path:
     deployment = emulated_deployment(
-        router=RouterSpec(port=free_port()),
+        router=RouterSpec(port=free_port(), request_timeout_s=request_timeout_s),
         emulation=EmulationSpec(time_factor=0.2, byte_factor=1 / 4096),
         supervisor=SupervisorSpec(
             max_restarts=2,
             window_s=600.0,
-            backoff_base_s=0.5,
-            backoff_cap_s=2.0,
+            backoff_base_s=backoff_base_s,
+            backoff_cap_s=max(2.0, backoff_base_s),
             start_timeout_s=300.0,
         ),
         instances=(
@@ -164,7 +174,12 @@ def up(tmp_path: Path) -> Iterator[Up]:
     )
     path = tmp_path / "deploy.yaml"
     path.write_text(yaml.safe_dump(deployment.model_dump(mode="json", exclude_defaults=True)))
-    started = Up(path)
+    return path
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    started = Up(_deployment_file(tmp_path))
     try:
         yield started
     finally:
@@ -218,6 +233,7 @@ def test_a_killed_instance_comes_back_and_too_many_deaths_end_up_with_code_3(up:
     assert up.process.stderr is not None
     err = up.process.stderr.read()
     assert f"{victim} exited (code -9) more than 2 times within 600 s; giving up" in err
+    assert f"prfaas: {victim} is back, " in err  # each return has its line
     assert not any(_alive(p) for p in up.seen_pids)
     assert not ours & _netns()
 
@@ -247,3 +263,122 @@ def test_a_killed_router_comes_back_and_sigterm_stops_everything_with_code_0(up:
     assert up.process.wait(timeout=WAIT_S) == 0
     assert not any(_alive(p) for p in up.seen_pids)
     assert not ours & _netns()
+
+
+@pytest.mark.e2e
+def test_ctrl_c_during_a_restart_stops_everything_cleanly(up: Up) -> None:
+    pid = up.pid_of("pdd-0")
+    os.kill(pid, signal.SIGKILL)
+    _wait("pdd-0 restarting", lambda: up.pid_of("pdd-0") != pid)
+    up.seen_pids |= _descendants(up.process.pid)
+    up.ctrl_c()  # while the new pdd-0 starts
+    assert up.process.wait(timeout=WAIT_S) == 0
+    assert up.process.stderr is not None
+    err = up.process.stderr.read()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "prfaas: every process stopped" in err
+    assert not any(_alive(p) for p in up.seen_pids)
+
+
+def _stop(up: Up) -> None:
+    """SIGTERM (so a failed test leaves no namespaces behind), SIGKILL if it hangs."""
+    if up.process.poll() is None:
+        up.process.send_signal(signal.SIGTERM)
+        try:
+            up.process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            up.process.kill()
+
+
+def _link_namespaces_of(up_pid: int) -> set[str]:
+    """The link's namespaces, from the deployment file the launcher wrote for its children
+    (it writes it after it built them), once a child runs."""
+    for pid in _descendants(up_pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"instance" in argv:
+            written = yaml.safe_load(Path(argv[argv.index(b"instance") + 1].decode()).read_text())
+            netns = written["link"]["netns"]
+            return {netns["sender_netns"], netns["receiver_netns"]}
+    return set()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01)) is not None,
+    reason=str(linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01))),
+)
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_before_the_serving_line_removes_the_namespaces(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    up = Up(_deployment_file(tmp_path), wait_serving=False)
+    try:
+        ours = _wait(
+            "the link built and a child started", lambda: _link_namespaces_of(up.process.pid)
+        )
+        assert ours <= _netns()
+        up.seen_pids |= _descendants(up.process.pid)
+        up.process.send_signal(stop)
+        code = up.process.wait(timeout=WAIT_S)
+    finally:
+        _stop(up)
+    assert up.process.stdout is not None and up.process.stderr is not None
+    err = up.process.stderr.read()
+    assert code == 0, err
+    assert "serving" not in up.process.stdout.read()  # it was stopped while starting
+    assert "prfaas: stopped before serving; every process stopped" in err
+    assert not ours & _netns()
+    assert not any(_alive(p) for p in up.seen_pids)
+
+
+def _delay_line_pid(up_pid: int) -> int | None:
+    for pid in _descendants(up_pid):
+        with contextlib.suppress(OSError):
+            if b"prfaas.transfer.delayline" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
+def _health(up: Up) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = httpx.get(up.url + "/health", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return result
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01)) is not None,
+    reason=str(linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01))),
+)
+def test_a_killed_delay_line_sends_long_prompts_to_pd_p_until_it_is_restarted(
+    tmp_path: Path,
+) -> None:
+    """The link is down while its delay line is (a 4 s backoff keeps it down long enough to
+    see): long prompts go to PD-P at once, not after a request timeout (set to 20 s here,
+    so a prompt stuck on the cut link would fail the path assertion after the restart too)."""
+    up = Up(_deployment_file(tmp_path, backoff_base_s=4.0, request_timeout_s=20.0))
+    long_prompt = "a long prompt over the link " * 60
+
+    def path_of(tag: str) -> str:
+        return str(up.complete(f"{tag} {long_prompt}")["prfaas"]["path"])
+
+    try:
+        assert path_of("before") == "prfaas"
+        line = _wait("the delay line running", lambda: _delay_line_pid(up.process.pid))
+        os.kill(line, signal.SIGKILL)
+        down = _wait("the link shown down", lambda: _health(up).get("link") == "down")
+        assert down and _health(up)["status"] == "degraded"
+        assert path_of("while down") == "pd-p"
+        _wait("the link back", lambda: _health(up) == {"status": "ok", "healthy": 4})
+        assert _delay_line_pid(up.process.pid) not in (None, line)
+        assert path_of("after") == "prfaas"  # the restarted line carries the KV again
+        up.process.send_signal(signal.SIGTERM)
+        assert up.process.wait(timeout=WAIT_S) == 0
+    finally:
+        _stop(up)
+    assert up.process.stderr is not None
+    err = up.process.stderr.read()
+    assert "prfaas: link-delay-line exited (code -9); restarting in 4 s" in err
+    assert "prfaas: link-delay-line is back, " in err

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -21,6 +21,9 @@ from prfaas.serve.config import Backend, Deployment, load_deployment, validation
 from prfaas.serve.errors import DeploymentError, ServeError
 from prfaas.serve.preflight import Scope, require_valid
 from prfaas.transfer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prfaas.serve.launcher import Launcher
 
 DeploymentArg = Annotated[
     Path | None,
@@ -141,27 +144,41 @@ def up(
     --quiet), and the router's summary when it stops."""
     from prfaas.serve.launcher import Launcher
     from prfaas.serve.startup import wait_with_progress
-    from prfaas.serve.supervisor import Supervisor
+    from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
 
+    # SIGTERM stops as Ctrl-C does at every stage: until the supervisor takes both signals
+    # over, both raise KeyboardInterrupt, which stops what was started (children, the link's
+    # namespaces); the supervisor then stops everything itself
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         loaded = _overridden(load_deployment(deployment), host, port, model, backend)
         require_valid(loaded, Scope.ALL, secret_generated=True)
         launcher = Launcher(loaded, quiet=quiet)
-        launcher.start()
         try:
+            launcher.start()
+            if launcher.engine_log_dir is not None:
+                print(f"prfaas: engine output in {launcher.engine_log_dir}/<instance>.log")
             wait_with_progress(launcher, launcher.start_timeout_s)
+            _announce(launcher)
+            code = Supervisor(launcher).run()
         except BaseException:
             launcher.stop()
             raise
     except ServeError as err:
         raise _fail(err) from None
+    except KeyboardInterrupt:
+        print("prfaas: stopped before serving; every process stopped", file=sys.stderr)
+        raise typer.Exit(EXIT_STOPPED) from None
+    print("prfaas: every process stopped", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def _announce(launcher: Launcher) -> None:
+    """The serving lines (stdout): where the API and the dashboard are."""
     typer.echo(f"prfaas: serving {launcher.deployment.model_name} at {launcher.url}/v1")
     if launcher.admin_token_generated:
         typer.echo(f"prfaas: admin token (Authorization: Bearer): {launcher.admin_token}")
     typer.echo(f"prfaas: dashboard at {launcher.url}/dashboard (Ctrl-C stops everything)")
-    code = Supervisor(launcher).run()
-    print("prfaas: every process stopped", file=sys.stderr)
-    raise typer.Exit(code)
 
 
 def demo(

@@ -165,7 +165,7 @@ SloCapacityOption = Annotated[
     bool,
     typer.Option(
         "--slo-capacity",
-        help="Find each policy's SLO capacity (>= 99%% in SLO), then sweep every policy across "
+        help="Find each policy's SLO capacity (>= 99% in SLO), then sweep every policy across "
         "--load-factors x the first policy's capacity.",
     ),
 ]

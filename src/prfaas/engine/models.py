@@ -133,12 +133,15 @@ def load_checkpoint(path: Path) -> LoadedModel:
     return LoadedModel(path.stem, model, HfTokenizer(tokenizer), context, is_chat)
 
 
-def save_tokenizer(name_or_path: str, directory: Path) -> str:
+def save_tokenizer(
+    name_or_path: str, directory: Path, byte_chat_template: str | None = None
+) -> str:
     """The served model's tokenizer as a directory `AutoTokenizer.from_pretrained` loads
     (`prfaas tokenizer`): the byte tokenizer for presets and for catalog models served by
-    emulated instances, the checkpoint's own tokenizer otherwise. Returns which it wrote."""
+    emulated instances (with `byte_chat_template`, how the server renders their chats),
+    the checkpoint's own tokenizer otherwise. Returns which it wrote."""
     if name_or_path in PRESETS or _is_catalog_model(name_or_path):
-        save_byte_tokenizer(directory)
+        save_byte_tokenizer(directory, byte_chat_template)
         return "byte tokenizer (<bos> + UTF-8 bytes)"
     path = smollm2_path() if name_or_path in SMOLLM2_ALIASES else Path(name_or_path)
     if path.is_file() and path.suffix == ".gguf":

@@ -114,13 +114,14 @@ def _byte_chars() -> list[str]:
     return [chars[b] for b in range(BYTE_VOCAB_SIZE)]
 
 
-def save_byte_tokenizer(directory: Path) -> None:
+def save_byte_tokenizer(directory: Path, chat_template: str | None = None) -> None:
     """`ByteTokenizer` as a Hugging Face tokenizer directory: `AutoTokenizer.from_pretrained`
     on it encodes text as <bos> + its UTF-8 bytes (ids 257, then 0-255) and decodes ids back
     with specials dropped, exactly as the engine does, so clients that count tokens
     (guidellm's `processor`, `vllm bench serve --tokenizer`) count what the server counts.
 
-    A byte-level BPE with no merges: every byte is one token whose id is its value."""
+    A byte-level BPE with no merges: every byte is one token whose id is its value.
+    `chat_template` (Jinja) is saved with it: how the server renders a chat into a prompt."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -141,4 +142,5 @@ def save_byte_tokenizer(directory: Path) -> None:
         model_max_length=2**31 - 1,
         split_special_tokens=True,  # a literal "<bos>" in a prompt is five bytes, as here
     )
+    fast.chat_template = chat_template
     fast.save_pretrained(str(directory))

@@ -45,6 +45,7 @@ from prfaas.serve.flow import (
     RouterRuntime,
     check_length,
     check_token_ids,
+    context_tokens,
     generate,
     tokenize,
     tokenize_chat,
@@ -183,7 +184,7 @@ def _default_max_tokens(rt: RouterRuntime, req: AnyRequest, prompt_tokens: list[
     vLLM deployment runs to the end of the context, as `vllm serve` alone does (elsewhere
     16 too: an emulated context of 10^5 tokens is no default)."""
     if isinstance(req, ChatCompletionRequest) and rt.deployment.backend is Backend.VLLM:
-        return max(1, rt.registry.max_context_tokens() - len(prompt_tokens))
+        return max(1, context_tokens(rt) - len(prompt_tokens))
     return DEFAULT_MAX_TOKENS
 
 

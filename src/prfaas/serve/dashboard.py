@@ -8,7 +8,9 @@ instance (registry), the inter-cluster link's utilisation, egress and backlog (t
 senders' telemetry), the threshold t, role flips and slow-loop actions (`SlowLoop`), and the
 cross-cluster cache moves (their Prometheus counters and the recent decisions). A history of
 t and of the link (one sample a second at most, `MAX_HISTORY` kept) is taken when the summary
-is read, so it covers the time a dashboard was open.
+is read, so it covers the time a dashboard was open; a sample taken after a time nobody read
+it (over `GAP_S`) says so (`after_gap`), and the charts start a new line there instead of
+drawing one across time with no samples.
 
 Access: both routes are read-only and unauthenticated, like `/metrics`; the summary carries
 aggregates and instance names, never prompts, tokens or instance addresses, and no route here
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 MAX_HISTORY = 900
 HISTORY_PERIOD_S = 1.0
+GAP_S = 3 * HISTORY_PERIOD_S  # samples further apart: no dashboard was open between them
 MOVE_STATUSES = ("done", "nothing-moved", "failed")
 
 
@@ -43,16 +46,20 @@ MOVE_STATUSES = ("done", "nothing-moved", "failed")
 class History:
     """Samples of t and the link, taken when the summary is read (at most one a period)."""
 
-    samples: deque[dict[str, float]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
-    last_s: float = -HISTORY_PERIOD_S
+    samples: deque[dict[str, float | bool]] = field(
+        default_factory=lambda: deque(maxlen=MAX_HISTORY)
+    )
+    last_s: float | None = None
 
     def sample(self, now_s: float, threshold_tokens: int, link: dict[str, float]) -> None:
-        if now_s - self.last_s < HISTORY_PERIOD_S:
+        if self.last_s is not None and now_s - self.last_s < HISTORY_PERIOD_S:
             return
+        after_gap = self.last_s is not None and now_s - self.last_s > GAP_S
         self.last_s = now_s
         self.samples.append(
             {
                 "t_s": round(now_s, 3),
+                "after_gap": after_gap,
                 "threshold_tokens": threshold_tokens,
                 "utilisation": link["utilisation"],
                 "egress_bytes_per_s": link["egress_bytes_per_s"],
@@ -143,7 +150,7 @@ def summary(rt: RouterRuntime, history: History) -> dict[str, Any]:
             }
             for i in rt.registry.instances.values()
         ],
-        "link": link,
+        "link": {**link, "up": not rt.registry.links_down()},
         "history": list(history.samples),
         "flips": slow["flips"],
         "rebalance_actions": slow["recent_actions"],

@@ -253,8 +253,17 @@ async def _ask_any(rt: RouterRuntime, path: str, body: BaseModel, kind: type[_Re
     raise failure
 
 
-def check_length(rt: RouterRuntime, tokens: list[int], max_tokens: int) -> None:
+def context_tokens(rt: RouterRuntime) -> int:
+    """The served model's context (503 while no instance has reported it: the request is not
+    to blame for what the router does not know yet)."""
     context = rt.registry.max_context_tokens()
+    if context is None:
+        raise NoCapacityError("no instance has registered yet: the model's context is unknown")
+    return context
+
+
+def check_length(rt: RouterRuntime, tokens: list[int], max_tokens: int) -> None:
+    context = context_tokens(rt)
     if len(tokens) + max_tokens > context:
         raise ContextLengthError(
             f"prompt of {len(tokens)} tokens + max_tokens {max_tokens} exceeds the model's "

@@ -42,6 +42,7 @@ when it is idle.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -80,6 +81,7 @@ from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
+    DeploymentError,
     InstanceFailedError,
     NoCapacityError,
     ServeError,
@@ -89,6 +91,7 @@ from prfaas.serve.json_lines import json_line
 from prfaas.serve.kv_claims import KvClaims
 from prfaas.serve.kvlink import (
     DelayedTransport,
+    link_probe_for,
     token_bucket_bytes_per_s,
     transports_for,
 )
@@ -108,6 +111,7 @@ from prfaas.transfer import (
     TransferError,
     TransferReceived,
 )
+from prfaas.transfer.linkemu import RouteProbe
 
 ARRIVAL_TIMEOUT_S = 60.0
 HOUSEKEEPING_PERIOD_S = 1.0
@@ -162,6 +166,7 @@ class InstanceRuntime:
     sink: ArraySink | None = None
     claims: KvClaims | None = None  # arrived KV by request id (with `sink`)
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
+    link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kvlink)
     activity: Activity = field(default_factory=Activity)
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 
@@ -238,6 +243,7 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
         return  # its engine owns the transfer port (serve.backends.vllm)
     identity = rt.worker.info.peer
     transport = transports_for(rt.deployment, rt.spec)
+    rt.link_probe = link_probe_for(rt.deployment, rt.spec)
     rt.sender = Sender(rt.transfer_config, identity, transport)  # every role may prefill
     if rt.spec.role is not InstanceRole.PRFAAS_PREFILL and rt.info.can_move_prefix:
         link = rt.deployment.link
@@ -247,7 +253,14 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
     rt.sink = ArraySink(SINK_BYTES)
     rt.claims = KvClaims(rt.sink)
     rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
-    await rt.receiver.start(PeerAddress(rt.spec.host, rt.spec.transfer_port))
+    address = PeerAddress(rt.spec.host, rt.spec.transfer_port)
+    try:
+        await rt.receiver.start(address)
+    except OSError as err:  # the port and the cause, in the CLI's one line
+        raise DeploymentError(
+            f"{rt.spec.name}: transfer_port: cannot listen on {address.host}:{address.port}: "
+            f"{os.strerror(err.errno) if err.errno else err}"
+        ) from None
 
 
 async def _pump_arrivals(rt: InstanceRuntime) -> None:
@@ -515,10 +528,10 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             rt.worker.start()
+            await _start_transfer(rt)
         except ServeError as err:
             rt.startup_error = err
             raise
-        await _start_transfer(rt)
         tasks = [asyncio.create_task(_housekeeping(rt))]
         if rt.receiver is not None:
             tasks.append(asyncio.create_task(_pump_arrivals(rt)))

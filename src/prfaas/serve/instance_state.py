@@ -47,6 +47,7 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
             for e in events
         ],
         next_seq=next_seq,
+        link_up=rt.link_probe.has_route() if rt.link_probe is not None else None,
         links=[
             p.LinkBody(
                 peer=link.peer,

@@ -44,7 +44,7 @@ from prfaas.transfer import (
     Transport,
 )
 from prfaas.transfer.errors import ConnectionLostError
-from prfaas.transfer.linkemu import socket_in_netns
+from prfaas.transfer.linkemu import RouteProbe, socket_in_netns
 from prfaas.transfer.transport import BeforeSend, Buffer, ConnectionHandler, Digest, Listener
 
 
@@ -193,6 +193,17 @@ def token_bucket_bytes_per_s(deployment: Deployment, spec: InstanceSpec) -> floa
     link = deployment.link
     is_prfaas = spec.role is InstanceRole.PRFAAS_PREFILL
     return link.rate_bytes_per_s if is_prfaas and not link.is_kernel_shaped else None
+
+
+def link_probe_for(deployment: Deployment, spec: InstanceSpec) -> RouteProbe | None:
+    """How a PrfaaS instance tells whether its kernel-shaped link is there now (a route from
+    the sender namespace to the receiver address; a killed delay line takes it away): its
+    `/state` says `link_up`, and the router routes nothing over a link that is down. None
+    without namespaces (a real network, or the token bucket) or for other roles."""
+    link = deployment.link
+    if spec.role is not InstanceRole.PRFAAS_PREFILL or link.netns is None:
+        return None
+    return RouteProbe(link.netns.sender_netns, link.netns.receiver_ip)
 
 
 def transports_for(deployment: Deployment, spec: InstanceSpec) -> Transport:

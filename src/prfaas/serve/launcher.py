@@ -1,13 +1,17 @@
 """`prfaas up`: start every process of a deployment on this host, wait for health, stop cleanly.
 
-    Launcher.start()  ports resolved, the link's shaping resolved (below), deployment written
-                      to a temp file, one child per instance (`prfaas instance --name N`) and
-                      the router (`prfaas router`); on any failure, `stop()` before raising
+    Launcher.start()  ports left at 0 chosen and held until stop() (`serve.ports`), the
+                      link's shaping resolved (below), vLLM engines' log directory made
+                      (`engine_log_dir`), deployment written to a temp file, one child per
+                      instance (`prfaas instance --name N`) and the router (`prfaas
+                      router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
     respawn(name)     that child started again, same command and environment (the
-                      supervisor's restart: `serve.supervisor`)
+                      supervisor's restart: `serve.supervisor`); `supervised` lists the
+                      children and the link's delay line, which is restarted the same way
     stop()            SIGTERM to every child, SIGKILL after a grace period, then the link's
-                      namespaces (and delay-line process) removed, temp file removed
+                      namespaces (and delay-line process) removed, temp file removed; SIGINT
+                      and SIGTERM are ignored meanwhile, so a second Ctrl-C cannot cut it short
 
 Children share one environment: the transfer secret and the router's admin token, each from
 the file, else the launcher's environment, else generated once per run (`admin_token` holds
@@ -31,12 +35,16 @@ import contextlib
 import ctypes
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 import yaml
@@ -52,16 +60,18 @@ from prfaas.serve.config import (
     child_environment,
     configured_admin_token,
     transfer_tls,
-    with_ports,
 )
 from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.errors import DeploymentError
+from prfaas.serve.ports import with_held_ports
 from prfaas.transfer import linkemu
 from prfaas.transfer.config import SECRET_ENV_VAR
 from prfaas.transfer.errors import LinkEmulationError
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0
+#: The link's user-space delay line, supervised beside the children under this name.
+DELAY_LINE = "link-delay-line"
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +84,8 @@ def die_with_parent() -> None:
 
 class Launcher:
     def __init__(self, deployment: Deployment, *, quiet: bool = True) -> None:
-        self.deployment = with_ports(deployment)
+        self.deployment = deployment
+        self._held_ports: list[socket.socket] = []  # the ports start() chose, until stop()
         self._quiet = quiet
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._argv: dict[str, list[str]] = {}
@@ -83,6 +94,7 @@ class Launcher:
         self.admin_token_generated = configured_admin_token(deployment) is None
         self._file: Path | None = None
         self._link = contextlib.ExitStack()
+        self._delay_line: linkemu.DelayLine | None = None
 
     @property
     def url(self) -> str:
@@ -92,6 +104,14 @@ class Launcher:
     @property
     def children(self) -> dict[str, subprocess.Popen[bytes]]:
         return self._children
+
+    @property
+    def supervised(self) -> dict[str, subprocess.Popen[Any]]:
+        """Every process the supervisor restarts when it exits: the children and the link's
+        delay line (`DELAY_LINE`: while it is down the link is cut, and the PrfaaS instances
+        report it so the router sends long prompts to PD-P)."""
+        line = self._delay_line
+        return {**self._children, **({DELAY_LINE: line.process} if line is not None else {})}
 
     def instance_auth(self) -> ControlSigner:
         """Signs calls to the instances' control API as the router does (operator tools)."""
@@ -106,8 +126,9 @@ class Launcher:
     def start(self) -> None:
         """Every process up (not yet healthy); on failure nothing is left behind."""
         try:
+            self.deployment, self._held_ports = with_held_ports(self.deployment)
             transfer_tls(self.deployment)  # TLS files checked here: one error, not one per child
-            self.deployment = self._shape_link(self.deployment)
+            self.deployment = _with_engine_log_dir(self._shape_link(self.deployment))
             self._spawn_all()
         except BaseException:
             self.stop()
@@ -127,6 +148,7 @@ class Launcher:
             except LinkEmulationError as err:
                 reason = str(err)
             else:
+                self._delay_line = built.delay_line
                 netns = NamespaceLink(
                     sender_netns=built.sender_netns,
                     receiver_netns=built.receiver_netns,
@@ -161,7 +183,18 @@ class Launcher:
         self.respawn("router")
 
     def respawn(self, name: str) -> None:
-        """Start child `name` (again): the command and environment of the first start."""
+        """Start child `name` (again): the command and environment of the first start, in a
+        process group of its own, so the terminal's Ctrl-C reaches `prfaas up` alone (which
+        stops its children itself) and never a child in the middle of its start. The delay
+        line is started again with its devices set up as at the first start (a failure is
+        logged and leaves it exited, for the supervisor's budget)."""
+        if name == DELAY_LINE:
+            assert self._delay_line is not None
+            try:
+                self._delay_line.restart()
+            except LinkEmulationError as err:
+                log.warning("prfaas: the link's delay line did not restart: %s", err)
+            return
         out = subprocess.DEVNULL if self._quiet else None
         self._children[name] = subprocess.Popen(
             self._argv[name],
@@ -169,7 +202,14 @@ class Launcher:
             stdout=out,
             stderr=None,
             preexec_fn=die_with_parent,  # noqa: PLW1509
+            process_group=0,
         )
+
+    @property
+    def engine_log_dir(self) -> str | None:
+        """Where the vLLM engines write their output (one file per instance), if any."""
+        d = self.deployment
+        return d.vllm.log_dir if d.backend is Backend.VLLM else None
 
     @property
     def start_timeout_s(self) -> float:
@@ -191,6 +231,21 @@ class Launcher:
             time.sleep(0.25)
         raise DeploymentError(f"the deployment was not healthy within {timeout_s:.0f} s")
 
+    def is_serving(self, name: str) -> bool:
+        """Whether child `name` answers now: an instance its signed /info, the router its
+        /health (whatever it says of the instances)."""
+        if name == DELAY_LINE:
+            return self.supervised[name].poll() is None
+        specs = {spec.name: spec for spec in self.deployment.instances}
+        with contextlib.suppress(httpx.HTTPError):
+            if name in specs:
+                response = httpx.get(
+                    specs[name].url + "/info", timeout=1.0, auth=self.instance_auth()
+                )
+                return response.status_code == 200
+            return httpx.get(self.url + "/health", timeout=1.0).status_code in (200, 503)
+        return False
+
     def is_healthy(self) -> bool:
         """Whether the router says every instance is registered and answering."""
         with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
@@ -198,6 +253,12 @@ class Launcher:
         return False
 
     def stop(self) -> None:
+        """Every child stopped, then the link and the temp file removed; once begun it is
+        not cut short by a second Ctrl-C or SIGTERM (`_signals_ignored`)."""
+        with _signals_ignored():
+            self._stop()
+
+    def _stop(self) -> None:
         for child in self._children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -209,9 +270,13 @@ class Launcher:
                 child.kill()
                 child.wait()
         self._link.close()  # after the children: nothing uses the namespaces any more
+        self._delay_line = None
         if self._file is not None:
             self._file.unlink(missing_ok=True)
             self._file = None
+        for sock in self._held_ports:
+            sock.close()
+        self._held_ports = []
 
     def __enter__(self) -> Launcher:
         self.start()
@@ -224,6 +289,33 @@ class Launcher:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _with_engine_log_dir(deployment: Deployment) -> Deployment:
+    """A vllm deployment whose engines write to a fresh directory of this run (unless the
+    file names one): ~350 start-up lines per engine go there, not to the terminal."""
+    if deployment.backend is not Backend.VLLM or deployment.vllm.log_dir:
+        return deployment
+    log_dir = tempfile.mkdtemp(prefix="prfaas-engine-logs-")
+    vllm = deployment.vllm.model_copy(update={"log_dir": log_dir})
+    return deployment.model_copy(update={"vllm": vllm})
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored while the body runs (main thread only: elsewhere signal
+    handlers cannot be set, and signals are handled by the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stopping}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                signal.signal(sig, handler)
 
 
 def _kernel_unavailable_reason(deployment: Deployment) -> str | None:

@@ -121,7 +121,9 @@ class ResourcesBody(_Body):
 class InstanceState(_Body):
     """Load and cache events. `role` is the instance's role now (a PD instance may have been
     flipped); `prefill_busy_s` the seconds since start with at least one prefill running (PD-P
-    utilisation for the slow loop); `active_*` the prefill and decode calls in progress."""
+    utilisation for the slow loop); `active_*` the prefill and decode calls in progress;
+    `link_up` whether a PrfaaS instance's kernel-shaped link is there now (None: no such
+    link to watch)."""
 
     boot_id: str
     role: str | None = None
@@ -135,6 +137,7 @@ class InstanceState(_Body):
     active_prefills: int = 0
     active_decodes: int = 0
     resources: ResourcesBody = ResourcesBody()
+    link_up: bool | None = None
 
 
 class CancelRequest(_Body):
@@ -193,6 +196,24 @@ def transcript(messages: list[ChatTurn]) -> str:
     speakers = {"developer": "system"}
     lines = [f"{speakers.get(m.role, m.role)}: {m.text}" for m in messages]
     return "\n".join([*lines, "assistant:"])
+
+
+#: `transcript` as a Hugging Face chat template (Jinja): what `prfaas tokenizer` writes for
+#: the byte tokenizer. A client that renders a chat with it and encodes the text with the
+#: tokenizer's special tokens (`tokenizer(text)`: the <bos> the server adds too) counts the ids
+#: the chat endpoint prefills (tests/engine/test_tokenizer_dir.py keeps them equal); the
+#: generation prompt is always there, as in `transcript`.
+TRANSCRIPT_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if not loop.first -%}{{- '\n' -}}{%- endif -%}"
+    "{%- if message['role'] == 'developer' -%}system{%- else -%}{{- message['role'] -}}"
+    "{%- endif -%}{{- ': ' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- else -%}{%- for part in message['content'] -%}{{- part['text'] | default('') -}}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{{- '\nassistant:' -}}"
+)
 
 
 class TokenizeRequest(_Body):

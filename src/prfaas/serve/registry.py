@@ -7,15 +7,22 @@ An instance that does not answer
 its poll, or whose call broke and then fails its health `probe` too (`serve.flow._judge`), is
 marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
 nothing on it, and its cache entries leave the index until it is back. A request's own error
-never marks an instance; an instance's own failures (5xx answers while it answers its polls:
-an engine that died) do, through its `FailureBreaker` (`serve.breaker`: `request_failed`,
+never marks an instance, and neither does the router's own slowness (`is_own_failure`): a
+poll or probe that timed out while the router's event loop was stalled (`overload.LoopWatch`)
+or that waited for a pooled connection proves nothing about the instance. Polls and probes
+use a client of their own (`client`), so request traffic never starves them of connections.
+An instance's own failures (5xx answers while it answers its polls: an engine that died) do
+mark it, through its `FailureBreaker` (`serve.breaker`: `request_failed`,
 `request_served`), and a request is never placed again on an instance that failed it
 (`view(now_s, excluded)`).
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
 (`/info`, `/state`) or what the router switched it to (`serve.rebalance`). An instance that
-drains for a role flip (`is_draining`) is not accepting either; `inflight` counts the requests
-the router placed on it (prefill or decode stage) that have not finished that stage.
+drains for a role flip (`is_draining`) is not accepting either, nor a PrfaaS instance whose
+kernel-shaped link is down (`is_link_up`: its `/state` says `link_up: false`, e.g. the link's
+delay line died; long prompts then go to PD-P at once until it is back); `inflight` counts
+the requests the router placed on it (prefill or decode stage) that have not finished that
+stage.
 
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
@@ -42,6 +49,7 @@ from prfaas.serve import protocol as p
 from prfaas.serve.breaker import FailureBreaker
 from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
+from prfaas.serve.overload import LoopWatch
 
 _Body = TypeVar("_Body", bound=BaseModel)
 PROBE_TRIES = 2
@@ -76,6 +84,7 @@ class LiveInstance:
     role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
+    is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
 
     @property
     def name(self) -> str:
@@ -84,16 +93,22 @@ class LiveInstance:
     @property
     def is_accepting(self) -> bool:
         return (
-            self.is_healthy and not self.is_draining and not self.breaker.is_open(time.monotonic())
+            self.is_healthy
+            and not self.is_draining
+            and self.is_link_up
+            and not self.breaker.is_open(time.monotonic())
         )
 
 
 class Registry:
-    def __init__(self, deployment: Deployment, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, deployment: Deployment, client: httpx.AsyncClient, watch: LoopWatch | None = None
+    ) -> None:
         self.deployment = deployment
         self.instances = {s.name: LiveInstance(s, s.role) for s in deployment.instances}
         self.index: GlobalKVCacheIndex | None = None
         self._client = client
+        self.watch = watch if watch is not None else LoopWatch()
 
     # --- polling ----------------------------------------------------------------------------
 
@@ -111,12 +126,14 @@ class Registry:
 
     async def _poll(self, inst: LiveInstance) -> None:
         epoch = inst.role_epoch
+        started_s = time.monotonic()
         try:
             state = await self._get(inst, f"/state?since={inst.next_seq}", p.InstanceState)
             if inst.info is None or state.boot_id != inst.info.boot_id or not inst.is_healthy:
                 state = await self._register(inst, epoch)
-        except (httpx.HTTPError, ValueError, IncompatibleInstanceError):
-            self.mark_failed(inst.name)
+        except (httpx.HTTPError, ValueError, IncompatibleInstanceError) as err:
+            if self.is_own_failure(err, started_s):
+                self.mark_failed(inst.name)
             return
         self._apply(inst, state, epoch)
 
@@ -151,6 +168,7 @@ class Registry:
         inst.next_seq = state.next_seq
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
+        inst.is_link_up = state.link_up is not False
         if state.role is not None and epoch == inst.role_epoch:
             inst.role = InstanceRole(state.role)
         now = time.monotonic()
@@ -169,15 +187,19 @@ class Registry:
     async def probe(self, inst: LiveInstance) -> bool:
         """Whether `inst` answers a health probe now (GET /state on a fresh connection, twice
         at most): what decides, after a call to it broke, that the instance is down rather
-        than that one connection was stale."""
+        than that one connection was stale. A probe the router itself was too slow to
+        finish (`is_own_failure`) does not show the instance down: True."""
         for _ in range(PROBE_TRIES):
+            started_s = time.monotonic()
             try:
                 response = await self._client.get(
                     inst.spec.url + "/state?since=" + str(PROBE_SINCE),
                     timeout=PROBE_TIMEOUT_S,
                     headers={"connection": "close"},
                 )
-            except httpx.HTTPError:
+            except httpx.HTTPError as err:
+                if not self.is_own_failure(err, started_s):
+                    return True
                 continue
             if response.status_code == 200:
                 return True
@@ -191,6 +213,17 @@ class Registry:
         """A request completed on these instances: their failure counts start again."""
         for name in names:
             self.instances[name].breaker.succeeded()
+
+    def is_own_failure(self, err: Exception, started_s: float) -> bool:
+        """Whether a call to an instance that began at `started_s` (monotonic) and failed with
+        `err` shows the instance failing: a refusal, a reset, an error status or a bad body
+        do; a wait for one of the router's pooled connections does not, nor a timeout while
+        the router's own loop was stalled (it could not have read the answer in time)."""
+        if isinstance(err, httpx.PoolTimeout):
+            return False
+        if isinstance(err, httpx.TimeoutException):
+            return not self.watch.stalled_since(started_s)
+        return True
 
     def mark_failed(self, name: str) -> None:
         """Place nothing on it and forget its cache until it answers again."""
@@ -224,6 +257,10 @@ class Registry:
             for i in self.instances.values()
         )
         return ClusterView(now_s, views, self.link_view())
+
+    def links_down(self) -> list[str]:
+        """The healthy PrfaaS instances whose link is down now."""
+        return [i.name for i in self.healthy(InstanceRole.PRFAAS_PREFILL) if not i.is_link_up]
 
     def link_view(self) -> LinkView:
         """The inter-cluster link: the PrfaaS instances' sender telemetry, summed."""
@@ -271,6 +308,9 @@ class Registry:
         infos = [i.info for i in self.healthy() if i.info is not None]
         return bool(infos) and all(info.computes_logprobs for info in infos)
 
-    def max_context_tokens(self) -> int:
-        infos = [i.info for i in self.healthy() if i.info is not None]
-        return min((info.max_context_tokens for info in infos), default=0)
+    def max_context_tokens(self) -> int | None:
+        """The served model's context, as every instance that registered reported it (it is
+        the model's, so an instance down now still tells it); None until one has: an unknown
+        context is not a context of 0."""
+        infos = [i.info for i in self.instances.values() if i.info is not None]
+        return min((info.max_context_tokens for info in infos), default=None)

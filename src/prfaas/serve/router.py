@@ -11,6 +11,8 @@ The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 `/admin/*` needs the admin bearer token, `/v1/*` the API key when one is set
 (`serve.admin_auth`); every call to an instance is signed (`serve.control_auth`).
 
+At most `router.max_inflight_requests` requests that call instances run at once; past that,
+429 with `Retry-After` (`serve.overload.InflightLimit`).
 Every body is read, bounded and timed by `serve.edge.EdgeGuard` before a route runs (and any
 error a route lets escape becomes a JSON 500 there); headers have their own deadline
 (`edge_server_config`). Every error leaves as OpenAI's error JSON; the status comes from
@@ -49,6 +51,7 @@ from prfaas.serve.errors import (
 )
 from prfaas.serve.flow import RouterRuntime
 from prfaas.serve.metrics import RouterMetrics
+from prfaas.serve.overload import InflightLimit, LoopWatch
 from prfaas.serve.rebalance import admin_view
 from prfaas.serve.registry import Registry
 from prfaas.serve.tokenization import register_tokenization
@@ -73,6 +76,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
                 "failures_in_a_row": i.breaker.failures_in_a_row,  # its own (serve.breaker)
+                "link_up": i.is_link_up,
                 "restarts": i.restarts,
                 "running": i.num_running,
                 "waiting": i.num_waiting,
@@ -83,6 +87,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
             for i in rt.registry.instances.values()
         ],
         "link": {
+            "up": not rt.registry.links_down(),
             "shaping": rt.deployment.link.shaping_in_force,
             "shaping_reason": rt.deployment.link.shaping_reason,
             "netns": netns.model_dump() if netns is not None else None,
@@ -96,6 +101,23 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
         "recent_decisions": list(rt.recent),
         "rebalance": admin_view(rt.slow_loop),
     }
+
+
+def _health(rt: RouterRuntime) -> JSONResponse:
+    """200 "ok": every instance is up; 200 "degraded": some are down, or the PrfaaS link is
+    (`"link": "down"`), but a prefill and a decode instance serve; 503: requests cannot be
+    served."""
+    healthy = rt.registry.healthy()
+    roles = {i.role for i in healthy}
+    can_serve = any(r.is_prefill for r in roles) and any(not r.is_prefill for r in roles)
+    link_down = bool(rt.registry.links_down())
+    whole = len(healthy) == len(rt.registry.instances) and not link_down
+    status = "ok" if whole else "degraded"
+    body: dict[str, Any] = {"status": status if can_serve else "unavailable"}
+    body["healthy"] = len(healthy)
+    if link_down:
+        body["link"] = "down"
+    return JSONResponse(body, status_code=200 if can_serve else 503)
 
 
 def _role(raw: bytes, max_body_bytes: int) -> InstanceRole:
@@ -131,9 +153,10 @@ def _admin_routes(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:
 
 
 def _refused(holder: dict[str, RouterRuntime], path: str, status: int) -> None:
-    """A completions request refused at the edge (413, 415, 408) ends `failed` too."""
+    """A completions request refused at the edge ends `failed` too (413, 415, 408), or
+    `rejected` (429: the in-flight limit, `serve.overload`)."""
     if path.startswith("/v1/") and "rt" in holder:
-        holder["rt"].metrics.ended("failed", status)
+        holder["rt"].metrics.ended("rejected" if status == 429 else "failed", status)
 
 
 def build_app(deployment: Deployment) -> FastAPI:
@@ -142,22 +165,36 @@ def build_app(deployment: Deployment) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         signer = ControlSigner(transfer_secret(deployment), deployment)
-        async with httpx.AsyncClient(timeout=10.0, auth=signer) as client:
-            registry = Registry(deployment, client)
+        # Requests' calls are bounded by the in-flight limit, not by a pool they would queue
+        # for; health polls have a client of their own (serve.registry)
+        limits = httpx.Limits(max_connections=None)
+        async with (
+            httpx.AsyncClient(timeout=10.0, auth=signer, limits=limits) as client,
+            httpx.AsyncClient(timeout=10.0, auth=signer) as health_client,
+        ):
+            watch = LoopWatch()
+            registry = Registry(deployment, health_client, watch)
             rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
             holder["rt"] = rt
             await registry.poll_once()
-            poller = asyncio.create_task(registry.run())
-            slow = asyncio.create_task(rt.slow_loop.run(rt))
+            tasks = [
+                asyncio.create_task(job)
+                for job in (watch.run(), registry.run(), rt.slow_loop.run(rt))
+            ]
             try:
                 yield
             finally:
-                poller.cancel()
-                slow.cancel()
+                for task in tasks:
+                    task.cancel()
                 await rt.slow_loop.close()
 
     app = FastAPI(lifespan=lifespan)
     r = deployment.router
+    app.add_middleware(  # innermost: counts requests whose body the edge has read
+        InflightLimit,
+        max_inflight=r.max_inflight_requests,
+        on_refused=lambda path, status: _refused(holder, path, status),
+    )
     app.add_middleware(
         EdgeGuard,
         max_body_bytes=r.max_body_bytes,
@@ -197,15 +234,7 @@ def build_app(deployment: Deployment) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        """200 "ok": every instance is up; 200 "degraded": some are down but a prefill and a
-        decode instance serve; 503: requests cannot be served."""
-        rt = runtime()
-        healthy = rt.registry.healthy()
-        roles = {i.role for i in healthy}
-        can_serve = any(r.is_prefill for r in roles) and any(not r.is_prefill for r in roles)
-        status = "ok" if len(healthy) == len(rt.registry.instances) else "degraded"
-        body = {"status": status if can_serve else "unavailable", "healthy": len(healthy)}
-        return JSONResponse(body, status_code=200 if can_serve else 503)
+        return _health(runtime())
 
     @app.get("/metrics")
     async def metrics() -> Response:

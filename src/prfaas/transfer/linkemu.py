@@ -16,10 +16,16 @@ entered the namespace (network namespaces are per thread), so one process can ho
 tbf counts whole packets (headers included), hence the jumbo default MTU: 9,000-byte packets
 carry 99.3% payload, so goodput can approach the shaped rate (1,500-byte packets: 95.7%).
 Needs root and iproute2; `unavailable_reason()` says why it cannot run, for clean skips.
+
+A delayed link's `delay_line` is its user-space process (`DelayLine`): the TUN devices, and
+with them the link's addresses and routes, live only as long as it does, so its owner
+watches it and `restart()`s it (`prfaas up`'s supervisor). `RouteProbe` tells from inside a
+namespace whether the link is there now (a route to the far address).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -29,7 +35,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from prfaas.transfer.delayline import enter_netns
@@ -71,6 +77,8 @@ class EmulatedLink:
     receiver_ip: str
     # The sender's data device (its egress tbf counts every byte the link carries forward).
     sender_device: str
+    # The user-space delay process, when the link has one (its owner supervises it).
+    delay_line: DelayLine | None = field(default=None, compare=False)
 
     def sender_sockets(self) -> SocketFactory:
         return lambda: socket_in_netns(self.sender_netns)
@@ -101,6 +109,30 @@ def socket_in_netns(netns: str) -> socket.socket:
     return _in_netns(
         netns, "open a socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     )
+
+
+DISCARD_PORT = 9
+
+
+class RouteProbe:
+    """Whether namespace `netns` has a route to `address` now: the connect of a UDP socket
+    made in it (a route lookup, no packet sent). A killed delay line takes its TUN devices,
+    their addresses and their routes with it: no route until it is restarted."""
+
+    def __init__(self, netns: str, address: str) -> None:
+        udp = functools.partial(socket.socket, socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock = _in_netns(netns, "open a socket", udp)
+        self._address = address
+
+    def has_route(self) -> bool:
+        try:
+            self._sock.connect((self._address, DISCARD_PORT))
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def _write_sysctls(netns: str, values: dict[str, str]) -> None:
@@ -161,39 +193,94 @@ def _veth(link: EmulatedLink, prefix: str) -> None:
         _shape(netns, dev, link.spec)
 
 
+class DelayLine:
+    """The `delayline` process owning TUN devices `tun_s` (sender ns) and `tun_r` (receiver
+    ns), and how to set them up: the devices (with their addresses, routes and tbf) vanish
+    with the process, so `restart()` starts it again and runs `configure` again.
+
+        start() -> running (process.poll() is None) -> killed: the link is cut
+                -> restart(): the same devices, addresses and shaping again
+    """
+
+    def __init__(
+        self,
+        link: EmulatedLink,
+        tuns: tuple[str, str],
+        delay_s: float,
+        configure: Callable[[], None],
+    ) -> None:
+        self._argv = [
+            sys.executable, "-m", "prfaas.transfer.delayline",
+            link.sender_netns, tuns[0], link.receiver_netns, tuns[1], str(delay_s),
+        ]  # fmt: skip
+        self._configure = configure
+        self._process: subprocess.Popen[str] | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        assert self._process is not None, "the delay line was never started"
+        return self._process
+
+    def start(self) -> None:
+        """The process up with its TUN devices, then the devices configured."""
+        self._process = subprocess.Popen(
+            self._argv,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            start_new_session=True,  # the terminal's Ctrl-C is for its owner, who stops it
+        )  # fmt: skip
+        assert self._process.stdout is not None
+        if self._process.stdout.readline().strip() != "ready":
+            raise LinkEmulationError("the delay line did not start")
+        try:
+            self._configure()
+        except BaseException:
+            self.stop()  # a line half set up is no line: its owner sees it exited
+            raise
+
+    def restart(self) -> None:
+        """Start it again (after it exited): the link is back as it was built."""
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        if self._process is not None:
+            _stop(self._process)
+
+
 def _start_delay_line(
-    link: EmulatedLink, tun_s: str, tun_r: str, delay_s: float, stack: ExitStack
-) -> None:
-    """The `delayline` process owning TUN devices `tun_s` (sender ns) and `tun_r` (receiver ns)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prfaas.transfer.delayline", link.sender_netns, tun_s,
-         link.receiver_netns, tun_r, str(delay_s)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    stack.callback(_stop, process)
-    assert process.stdout is not None
-    if process.stdout.readline().strip() != "ready":
-        raise LinkEmulationError("the delay line did not start")
+    link: EmulatedLink,
+    tuns: tuple[str, str],
+    delay_s: float,
+    configure: Callable[[], None],
+    stack: ExitStack,
+) -> DelayLine:
+    line = DelayLine(link, tuns, delay_s, configure)
+    stack.callback(line.stop)
+    line.start()
+    return line
 
 
-def _tun_pair(link: EmulatedLink, prefix: str, stack: ExitStack) -> None:
+def _tun_pair(link: EmulatedLink, prefix: str, stack: ExitStack) -> DelayLine:
     """Both directions through the delay line, each held one_way_delay_s: faithful one-way
     timing (KV lands one_way_delay_s after it leaves), but every data packet crosses user
     space, which caps the rate at what one Python process forwards (through a 5 Gbit/s link,
     iperf3 got 1.3-3.6 Gbit/s on the 2-core development host)."""
     a, b = f"{prefix}a", f"{prefix}b"
-    _start_delay_line(link, a, b, link.spec.one_way_delay_s, stack)
-    ends = [
-        (link.sender_netns, a, link.sender_ip, link.receiver_ip),
-        (link.receiver_netns, b, link.receiver_ip, link.sender_ip),
-    ]
-    for netns, dev, ip, peer in ends:
-        _ip("ip", "-n", netns, "addr", "add", ip, "peer", peer, "dev", dev)
-        _ip("ip", "-n", netns, "link", "set", dev, "mtu", str(link.spec.mtu_bytes), "up")
-        _shape(netns, dev, link.spec)
+
+    def configure() -> None:
+        ends = [
+            (link.sender_netns, a, link.sender_ip, link.receiver_ip),
+            (link.receiver_netns, b, link.receiver_ip, link.sender_ip),
+        ]
+        for netns, dev, ip, peer in ends:
+            _ip("ip", "-n", netns, "addr", "add", ip, "peer", peer, "dev", dev)
+            _ip("ip", "-n", netns, "link", "set", dev, "mtu", str(link.spec.mtu_bytes), "up")
+            _shape(netns, dev, link.spec)
+
+    return _start_delay_line(link, (a, b), link.spec.one_way_delay_s, configure, stack)
 
 
-def _return_path_delayed(link: EmulatedLink, prefix: str, stack: ExitStack) -> None:
+def _return_path_delayed(link: EmulatedLink, prefix: str, stack: ExitStack) -> DelayLine:
     """The shaped veth pair for data, plus a return path through the delay line holding every
     packet for the whole round trip (2 x one_way_delay_s).
 
@@ -211,14 +298,19 @@ def _return_path_delayed(link: EmulatedLink, prefix: str, stack: ExitStack) -> N
     """
     _veth(link, prefix)
     tun_s, tun_r = f"{prefix}x", f"{prefix}y"
-    _start_delay_line(link, tun_s, tun_r, 2 * link.spec.one_way_delay_s, stack)
-    mtu = str(link.spec.mtu_bytes)
-    # The sender accepts the receiver's packets on the TUN, not on the veth it sends from.
-    _write_sysctls(link.sender_netns, {f"net/ipv4/conf/{n}/rp_filter": "0" for n in ("all", tun_s)})
-    _ip("ip", "-n", link.sender_netns, "link", "set", tun_s, "mtu", mtu, "up")
-    _ip("ip", "-n", link.receiver_netns, "link", "set", tun_r, "mtu", mtu, "up")
-    _ip("ip", "-n", link.receiver_netns, "route", "add", f"{link.sender_ip}/32", "dev", tun_r)
-    _shape(link.receiver_netns, tun_r, link.spec)
+
+    def configure() -> None:
+        mtu = str(link.spec.mtu_bytes)
+        # The sender accepts the receiver's packets on the TUN, not on the veth it sends from.
+        rp_filter = {f"net/ipv4/conf/{n}/rp_filter": "0" for n in ("all", tun_s)}
+        _write_sysctls(link.sender_netns, rp_filter)
+        _ip("ip", "-n", link.sender_netns, "link", "set", tun_s, "mtu", mtu, "up")
+        _ip("ip", "-n", link.receiver_netns, "link", "set", tun_r, "mtu", mtu, "up")
+        _ip("ip", "-n", link.receiver_netns, "route", "add", f"{link.sender_ip}/32", "dev", tun_r)
+        _shape(link.receiver_netns, tun_r, link.spec)
+
+    delay_s = 2 * link.spec.one_way_delay_s
+    return _start_delay_line(link, (tun_s, tun_r), delay_s, configure, stack)
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -249,9 +341,9 @@ def emulated_link(spec: LinkSpec) -> Iterator[EmulatedLink]:
             _ip("ip", "-n", netns, "link", "set", "lo", "up")
             _write_sysctls(netns, HOST_SYSCTLS)
         if spec.one_way_delay_s > 0 and spec.delay_return_path_only:
-            _return_path_delayed(link, prefix, stack)
+            link = replace(link, delay_line=_return_path_delayed(link, prefix, stack))
         elif spec.one_way_delay_s > 0:
-            _tun_pair(link, prefix, stack)
+            link = replace(link, delay_line=_tun_pair(link, prefix, stack))
         else:
             _veth(link, prefix)
         yield link

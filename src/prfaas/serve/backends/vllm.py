@@ -54,6 +54,7 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
+from prfaas.serve.backends.child_log import exit_report, log_path, spawn_logged
 from prfaas.serve.backends.vllm_arch import (
     engine_refusal,
     layout_mismatch,
@@ -79,6 +80,7 @@ from prfaas.serve.errors import (
 )
 from prfaas.serve.json_lines import split_lines
 from prfaas.serve.launcher import die_with_parent
+from prfaas.serve.ports import hold_port
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError, UnsupportedConfigError
 from prfaas.transfer import LinkSignals, PeerIdentity, checkpoint_fingerprint, identity_for
@@ -154,8 +156,9 @@ class VllmBackend:
                 f"could not convert its tokenizer: {self.probed['tokenizer_error']}"
             )
         self._tokenizer = load_tokenizer(self.model_dir, converted)
-        self.port = free_port(spec.host)
-        self.events_port = free_port(spec.host)
+        self._port_hold = hold_port(spec.host)  # held until stop: vllm serve binds minutes later
+        self.port = int(self._port_hold.getsockname()[1])
+        self.events_port = free_port(spec.host)  # bound here, by the subscriber, at start
         self.url = f"http://{spec.host}:{self.port}"
         scheme = HashScheme(
             deployment.block_tokens, model_fingerprint(self.model), deployment.hash_seed
@@ -187,6 +190,11 @@ class VllmBackend:
         self._sync = httpx.Client(timeout=30.0)
         self._decodes: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def _log(self) -> Path:
+        """The file vllm serve writes its output to (`backends.child_log`)."""
+        return log_path(self._settings.log_dir, self._spec.name)
 
     def _probe(self) -> dict[str, Any]:
         """vLLM's reading of the model directory with the flags `command` gives the engine
@@ -268,17 +276,15 @@ class VllmBackend:
         env = vllm_environment(self._settings)
         env[SECRET_ENV_VAR] = transfer_secret(self._deployment).decode()  # never on argv
         self._subscriber.start()
-        self._child = subprocess.Popen(
-            self.command(),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # noqa: PLW1509
-            start_new_session=True,  # its engine-core processes share its group: stop kills all
-        )
+        if not self._settings.log_dir:
+            print(f"prfaas: {self._spec.name}: vllm serve writes to {self._log}", file=sys.stderr)
+        self._child = spawn_logged(self.command(), self._log, env=env, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self._settings.start_timeout_s
         while time.monotonic() < deadline:
             if self._child.poll() is not None:
-                raise InstanceFailedError(f"vllm serve exited with code {self._child.returncode}")
+                raise InstanceFailedError(
+                    exit_report("vllm serve", self._child.returncode, self._log)
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if self._sync.get(self.url + "/health", timeout=2.0).status_code == 200:
                     break
@@ -286,7 +292,8 @@ class VllmBackend:
         else:
             self.stop()
             raise InstanceFailedError(
-                f"vllm serve did not answer within {self._settings.start_timeout_s:.0f} s"
+                f"vllm serve did not answer within {self._settings.start_timeout_s:.0f} s "
+                f"(log: {self._log})"
             )
         mismatch = layout_mismatch(self.model, self._cache_layout())
         if mismatch is not None:
@@ -306,6 +313,7 @@ class VllmBackend:
                 child.wait(timeout=STOP_GRACE_S)
             _signal_group(child, signal.SIGKILL)  # engine-core processes left behind, if any
             child.wait()
+        self._port_hold.close()
         self._status_path.unlink(missing_ok=True)
 
     async def _watch(self) -> None:
@@ -313,7 +321,9 @@ class VllmBackend:
         assert self._client is not None
         while True:
             if self._child is not None and self._child.poll() is not None:
-                print(f"prfaas: vllm serve of {self._spec.name} died", file=sys.stderr)
+                code = self._child.returncode
+                report = exit_report(f"vllm serve of {self._spec.name}", code, self._log)
+                print(f"prfaas: {report}", file=sys.stderr)
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             with contextlib.suppress(httpx.HTTPError):

@@ -26,3 +26,6 @@ class VllmSpec(BaseModel):
     # "nobind" lets the OS place them. "auto" or a range ("0-15") suits a dedicated host.
     cpu_threads_bind: str = Field(default="nobind", min_length=1)
     extra_args: tuple[str, ...] = ()  # more `vllm serve` flags, passed as they are
+    # where each `vllm serve` writes its output (`<log_dir>/<instance>.log`); null: `prfaas up`
+    # makes one per run (and says where), else the system temp dir (`backends.child_log`)
+    log_dir: str | None = None
