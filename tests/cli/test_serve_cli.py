@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from prfaas.serve.config import free_port
+
 BAD = """\
 model: tiny-qwen3-next
 secret: too-short
@@ -90,7 +92,8 @@ def test_up_flags_are_checked_like_the_file() -> None:
 
 def test_router_and_instance_need_the_transfer_secret(tmp_path: Path, taken_port: int) -> None:
     path = tmp_path / "deploy.yaml"
-    path.write_text(
+    path.write_text(  # the router on a port free now: beside a running `prfaas up` (8000)
+        f"router: {{port: {free_port()}}}\n"
         "instances:\n"
         f"  - {{name: p, role: pd-prefill, cluster: pd, transfer_port: {taken_port}}}\n"
         "  - {name: d, role: pd-decode, cluster: pd}\n"
