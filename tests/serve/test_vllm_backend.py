@@ -485,6 +485,36 @@ def _connector_status(stack: Stack, name: str) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
+def test_kv_staged_for_a_cancelled_request_is_dropped_at_once(stack: Stack) -> None:
+    """A prefill whose decode never comes (its client left between the two) leaves its KV
+    staged in the decode side's connector; the router's `/cancel` there drops it at once,
+    not at the staging deadline (REQUEST_TIMEOUT_S)."""
+    deployment, signed = stack.launcher.deployment, stack.launcher.instance_auth()
+    prefill, decode = deployment.instance("prfaas-0"), deployment.instance("pdd-0")
+    ids = httpx.post(
+        stack.prfaas_url + "/tokenize", json={"model": stack.model, "prompt": "Left. " + LONG}
+    ).json()["tokens"]
+    sampling = {"max_tokens": 8, "temperature": 0, "top_p": 1, "top_k": 0, "seed": 0}
+    body = {
+        "request_id": "cmpl-left-between-prefill-and-decode",
+        "token_ids": ids,
+        "sampling": sampling,
+        "decode_transfer_host": decode.host,
+        "decode_transfer_port": decode.transfer_port,
+    }
+    shipped = httpx.post(prefill.url + "/prefill", json=body, auth=signed, timeout=600)
+    assert shipped.status_code == 200 and shipped.json()["kv_bytes"] > 0, shipped.text
+    deadline = time.monotonic() + 30
+    while _connector_status(stack, "pdd-0")["staged_transfers"] == 0:
+        assert time.monotonic() < deadline, "the KV never showed as staged on pdd-0"
+        time.sleep(0.5)
+    cancelled = httpx.post(
+        decode.url + "/cancel", json={"request_id": body["request_id"]}, auth=signed, timeout=60
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    _wait_decode_side_empty(stack, REQUEST_TIMEOUT_S / 4)
+
+
 def test_killing_the_vllm_prefill_mid_request_retries_and_pins_nothing(stack: Stack) -> None:
     prompt = "Killed mid-prefill. " + LONG * 2
     expected = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]

@@ -435,7 +435,10 @@ class _Worker:
         self._sends: dict[str, str] = {}  # req_id -> transfer_id, finalized sends
         self._finished: set[str] = set()
         self._loads: dict[str, tuple[LoadSpec, float]] = {}
-        self._discards: set[str] = set()
+        # transfer id -> when its discard came: KV that lands later is dropped on arrival; a
+        # discard whose KV never comes (the prefill was cancelled first) is forgotten after the
+        # staging deadline, as the KV itself would be
+        self._discards: dict[str, float] = {}
         self._load_errors: set[int] = set()
 
     # --- registration ----------------------------------------------------------------------
@@ -470,7 +473,7 @@ class _Worker:
         now = time.monotonic()
         for load in meta.loads:
             self._loads[load.req_id] = (load, now)
-        self._discards.update(meta.discards)
+        self._discards.update(dict.fromkeys(meta.discards, now))
         for transfer_id in meta.aborts:
             self.io.abort(transfer_id)
 
@@ -548,11 +551,13 @@ class _Worker:
                 self._finished.discard(req_id)
                 self.io.forget(transfer_id)
         self._finished -= {r for r in self._finished if r not in self._sends}
-        for transfer_id in list(self._discards):
+        now = time.monotonic()
+        for transfer_id, since in list(self._discards.items()):
             if self.io.poll_arrival(transfer_id) is not None:
                 self.io.discard(transfer_id)
-                self._discards.discard(transfer_id)
-        now = time.monotonic()
+            elif now - since < self._settings.staged_ttl_s:
+                continue
+            del self._discards[transfer_id]
         for req_id, (load, since) in list(self._loads.items()):
             arrival = self.io.poll_arrival(load.transfer_id)
             if arrival is None and now - since < self._settings.load_timeout_s:

@@ -566,7 +566,7 @@ class VllmBackend:
                 finish = await self._continue(body, ids, text, out)
             elif body.sampling.max_tokens > 1:  # no decode will load the staged KV
                 with contextlib.suppress(ServeError):
-                    await self._discard(body)  # else the staging deadline drops it
+                    await self._discard(body.request_id, body.first_token)  # else: deadline
         except Exception as err:
             out.put_nowait(err)
             return
@@ -614,24 +614,33 @@ class VllmBackend:
             raise InstanceFailedError("vLLM's decode stream ended without a finish reason")
         return finish
 
-    async def _discard(self, body: p.DecodeRequest) -> None:
-        """Drop the KV staged for a request that needs no decode: a one-token request tells
-        the connector (it would otherwise hold the bytes until its staging deadline)."""
+    async def _discard(self, request_id: str, token_id: int = 0) -> None:
+        """Drop the KV staged for a request that gets no decode here: a one-token request
+        (of any token) tells the connector, which would otherwise hold the bytes until its
+        staging deadline; KV still on its way is dropped when it lands."""
         assert self._client is not None
         request = {
             "model": self._deployment.model_name,
-            "prompt": [body.first_token],
+            "prompt": [token_id],
             "max_tokens": 1,
-            "kv_transfer_params": {
-                "prfaas_recv": {"transfer_id": body.request_id, "discard": True}
-            },
+            "kv_transfer_params": {"prfaas_recv": {"transfer_id": request_id, "discard": True}},
         }
         await self._complete(request)
 
     def cancel(self, request_id: str) -> None:
+        """The request ends here without (more of) its decode: a running decode stream is
+        closed (vLLM aborts it); else any KV staged or arriving for it is discarded."""
         task = self._decodes.pop(request_id, None)
         if task is not None:
             task.cancel()  # closing the stream aborts the request in vLLM
+            return
+        discard = asyncio.get_running_loop().create_task(self._discard_quietly(request_id))
+        self._tasks.append(discard)
+        discard.add_done_callback(self._tasks.remove)
+
+    async def _discard_quietly(self, request_id: str) -> None:
+        with contextlib.suppress(ServeError, httpx.HTTPError):
+            await self._discard(request_id)  # else the staging deadline drops it
 
     # --- cache events ------------------------------------------------------------------
 
