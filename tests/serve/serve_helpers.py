@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from prfaas.serve import protocol as p
 from prfaas.serve.config import (
     Backend,
     Deployment,
@@ -114,3 +115,23 @@ def _recv(sock: socket.socket) -> bytes:
         return sock.recv(65536)
     except OSError:
         return b""
+
+
+def fake_info(name: str, role: str = "pd-decode", boot_id: str = "b") -> p.InstanceInfo:
+    """What an instance's `/info` says, for a router driven against fake instances."""
+    return p.InstanceInfo(
+        name=name,
+        role=role,
+        cluster="pd",
+        boot_id=boot_id,
+        model="m",
+        max_context_tokens=4096,
+        transfer_host="127.0.0.1",
+        transfer_port=1,
+        kv_bytes_per_token=1.0,
+        kv_capacity_bytes=1,
+        max_batch_size=1,
+        cache=p.CacheIdentityBody(
+            block_tokens=16, model_fingerprint="f", seed=0, algorithm="a", group_kinds=[]
+        ),
+    )

@@ -13,8 +13,8 @@ import httpx
 from httpx import MockTransport
 from hypothesis import given
 from hypothesis import strategies as st
+from serve_helpers import fake_info
 
-from prfaas.serve import protocol as p
 from prfaas.serve.breaker import FAILURES_TO_OPEN, FailureBreaker
 from prfaas.serve.config import default_deployment
 from prfaas.serve.registry import Registry
@@ -56,7 +56,9 @@ def test_a_restarted_instance_starts_with_a_closed_breaker() -> None:
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/info":
-            return httpx.Response(200, content=_info(boot["id"]).model_dump_json())
+            return httpx.Response(
+                200, content=fake_info("any", boot_id=boot["id"]).model_dump_json()
+            )
         state = {"boot_id": boot["id"], "num_waiting": 0, "num_running": 0, "free_pages": 1}
         return httpx.Response(200, json={**state, "events": [], "next_seq": 0})
 
@@ -77,22 +79,3 @@ def test_a_restarted_instance_starts_with_a_closed_breaker() -> None:
     registry = asyncio.run(run())
     inst = registry.instances["prfaas-0"]
     assert inst.restarts == 1 and inst.is_accepting and inst.breaker.failures_in_a_row == 0
-
-
-def _info(boot_id: str) -> p.InstanceInfo:
-    return p.InstanceInfo(
-        name="any",
-        role="pd-decode",
-        cluster="pd",
-        boot_id=boot_id,
-        model="m",
-        max_context_tokens=4096,
-        transfer_host="127.0.0.1",
-        transfer_port=1,
-        kv_bytes_per_token=1.0,
-        kv_capacity_bytes=1,
-        max_batch_size=1,
-        cache=p.CacheIdentityBody(
-            block_tokens=16, model_fingerprint="f", seed=0, algorithm="a", group_kinds=[]
-        ),
-    )

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import cast
 
 import httpx
+from serve_helpers import fake_info
 
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
@@ -26,25 +27,6 @@ from prfaas.serve.registry import Registry
 
 PREFIX_TOKENS = 112
 NUM_REQUESTS = 10
-
-
-def _info(name: str) -> p.InstanceInfo:
-    return p.InstanceInfo(
-        name=name,
-        role="pd-prefill",
-        cluster="pd",
-        boot_id="b",
-        model="m",
-        max_context_tokens=4096,
-        transfer_host="127.0.0.1",
-        transfer_port=1,
-        kv_bytes_per_token=1.0,
-        kv_capacity_bytes=1,
-        max_batch_size=1,
-        cache=p.CacheIdentityBody(
-            block_tokens=16, model_fingerprint="f", seed=0, algorithm="a", group_kinds=[]
-        ),
-    )
 
 
 def _decision(request_id: str) -> RouteDecision:
@@ -83,7 +65,7 @@ def test_concurrent_moves_of_one_prefix_to_one_target_are_one_move() -> None:
         client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
         registry = Registry(deployment, client)
         for inst in registry.instances.values():
-            inst.info, inst.is_healthy = _info(inst.name), True
+            inst.info, inst.is_healthy = fake_info(inst.name, "pd-prefill"), True
         rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
         prompts = [[7] * PREFIX_TOKENS + [k] * 50 for k in range(NUM_REQUESTS)]
         moves = [

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from serve_helpers import fake_info
 
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
@@ -35,31 +36,12 @@ STATE = {
 }
 
 
-def _info(name: str) -> p.InstanceInfo:
-    return p.InstanceInfo(
-        name=name,
-        role="pd-decode",
-        cluster="pd",
-        boot_id="b",
-        model="m",
-        max_context_tokens=4096,
-        transfer_host="127.0.0.1",
-        transfer_port=1,
-        kv_bytes_per_token=1.0,
-        kv_capacity_bytes=1,
-        max_batch_size=1,
-        cache=p.CacheIdentityBody(
-            block_tokens=16, model_fingerprint="f", seed=0, algorithm="a", group_kinds=[]
-        ),
-    )
-
-
 def _runtime(handler: Handler) -> RouterRuntime:
     deployment = default_deployment()
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
-        inst.info, inst.is_healthy = _info(inst.name), True
+        inst.info, inst.is_healthy = fake_info(inst.name), True
     return RouterRuntime(deployment, registry, RouterMetrics(), client)
 
 
