@@ -19,11 +19,14 @@ from serve_helpers import fake_info
 
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
+from prfaas.serve.attempts import InstanceDown, InstanceFull, RequestFailed
 from prfaas.serve.config import default_deployment
 from prfaas.serve.errors import BadRequestError
-from prfaas.serve.flow import InstanceDown, RequestFailed, RouterRuntime, _prefill, tokenize
+from prfaas.serve.flow import RouterRuntime, _prefill, tokenize
+from prfaas.serve.instance import _transfer_failure
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.registry import Registry
+from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
 Handler = Callable[[httpx.Request], httpx.Response]
 STATE = {
@@ -99,6 +102,29 @@ def test_a_requests_own_error_is_passed_on_and_never_marks_the_instance() -> Non
     with pytest.raises(BadRequestError, match="seed out of range"):
         _run_prefill(rt)
     assert all(_healthy(rt).values())
+
+
+def test_a_full_decode_buffer_is_room_lacking_not_a_failure_of_anyone() -> None:
+    """The prefill instance's 503 `kv_buffer_full` (its transfer was refused `out_of_space`
+    by the decode side): the attempt names the decode instance (excluded for this request,
+    so `generate` answers 503, not 502, when no other decode instance can take it) and
+    nobody's failure count moves."""
+    body = {
+        "error": {"message": "no room", "type": "service_unavailable", "code": "kv_buffer_full"}
+    }
+    rt = _runtime(_script(lambda _: httpx.Response(503, json=body), up=True))
+    with pytest.raises(InstanceFull, match="no room") as full:
+        _run_prefill(rt)
+    assert full.value.instance == _decision(rt).decode_instance_id
+    assert all(_healthy(rt).values())
+    assert all(inst.breaker.failures_in_a_row == 0 for inst in rt.registry.instances.values())
+
+
+def test_out_of_space_on_the_link_becomes_that_503() -> None:
+    full = _transfer_failure(TransferAbortedError(AbortReason.OUT_OF_SPACE, "no pages"))
+    assert (full.status_code, full.code) == (503, "kv_buffer_full")
+    other = _transfer_failure(TransferAbortedError(AbortReason.STALLED, "no progress"))
+    assert other.status_code == 502
 
 
 def test_an_instance_5xx_fails_the_attempt_not_the_instance() -> None:

@@ -120,6 +120,13 @@ class NoCapacityError(ServeError):
     error_type = "service_unavailable"
 
 
+class KvBufferFullError(NoCapacityError):
+    """The decode instance's KV receive buffer had no room for the prompt's KV (the transfer
+    layer's `out_of_space`): the instance is full for now, not broken."""
+
+    code = "kv_buffer_full"
+
+
 class InstanceFailedError(ServeError):
     status_code = 502
     error_type = "upstream_error"

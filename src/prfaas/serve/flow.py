@@ -21,6 +21,9 @@ and every failure is classified first (`AttemptFailed`), because "this request f
                     (a stale keep-alive connection): the instance stays in service
     InstanceDown    a transport failure (refused, reset, timed out) and the health probe
                     (`Registry.probe`, a fresh GET /state) fails too: `mark_failed`
+    InstanceFull    the decode instance's KV receive buffer had no room (the prefill's 503
+                    `kv_buffer_full`): nothing held against it; 503, not 502, when no
+                    other decode instance can take the request
 
 A 4xx from an instance is the request's own error (`from_response`), passed on, never
 retried and never held against the instance. A retry never returns to an instance that
@@ -61,11 +64,13 @@ from prfaas.scheduler import (
 )
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import route_admitted
+from prfaas.serve.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
 from prfaas.serve.config import Deployment, InstanceRole
 from prfaas.serve.errors import (
     BadRequestError,
     ContextLengthError,
     InstanceFailedError,
+    KvBufferFullError,
     NoCapacityError,
     ServeError,
     from_response,
@@ -183,23 +188,6 @@ class Placed:
     move: dict[str, Any] | None = None  # the cross-cluster prefix move done first, if any
 
 
-class AttemptFailed(Exception):
-    """An attempt failed before anything reached the client: place the request again,
-    on any instance but `instance` (the one that failed it)."""
-
-    def __init__(self, message: str, instance: str) -> None:
-        super().__init__(message)
-        self.instance = instance
-
-
-class RequestFailed(AttemptFailed):
-    """This request failed on an instance that is still up: it stays in service."""
-
-
-class InstanceDown(AttemptFailed):
-    """The instance is down (a transport failure its health probe confirmed): marked failed."""
-
-
 async def _judge(rt: RouterRuntime, inst: LiveInstance, what: str, err: Exception) -> AttemptFailed:
     """Classify a transport failure of a call to `inst`: down only if the probe fails too."""
     if await rt.registry.probe(inst):
@@ -289,7 +277,7 @@ async def generate(
     """Placed, then DecodeChunks; retried on a failed attempt until a token is out, never
     on an instance that failed this request already."""
     excluded: set[str] = set()
-    last = ""
+    last, was_full = "", False
     for attempt in range(MAX_ATTEMPTS):
         request_id = f"cmpl-{uuid.uuid4().hex[:24]}"
         emitted = False
@@ -305,6 +293,8 @@ async def generate(
         except NoCapacityError:
             if not excluded:
                 raise  # else: every instance that could take it has failed it
+            if was_full:
+                raise NoCapacityError(f"{last}; no other instance has room now") from None
             rt.metrics.failures.labels("request").inc()
             raise InstanceFailedError(f"{last}; no other instance can take it") from None
         except AttemptFailed as err:
@@ -312,10 +302,10 @@ async def generate(
             excluded.add(err.instance)
             if isinstance(err, RequestFailed):
                 rt.registry.request_failed(err.instance)
-            last = str(err)
+            was_full, last = isinstance(err, InstanceFull), str(err)
             if emitted or attempt == MAX_ATTEMPTS - 1:
                 rt.metrics.failures.labels(kind).inc()
-                raise InstanceFailedError(last) from None
+                raise (NoCapacityError if was_full else InstanceFailedError)(last) from None
             rt.metrics.failures.labels("retried").inc()
             for record in records:
                 record["retried"] = True
@@ -513,6 +503,9 @@ async def _prefill(
     except httpx.TransportError as err:
         raise await _judge(rt, prefill, "prefill", err) from None
     if response.status_code >= 500:
+        refused = from_response(response.status_code, response.content)
+        if refused.code == KvBufferFullError.code:
+            raise InstanceFull(f"prefill on {prefill.name}: {refused}", decode.name)
         raise RequestFailed(
             f"prefill on {prefill.name}: {_message(response.content)}", prefill.name
         )

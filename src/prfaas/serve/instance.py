@@ -83,6 +83,7 @@ from prfaas.serve.errors import (
     ConflictError,
     DeploymentError,
     InstanceFailedError,
+    KvBufferFullError,
     NoCapacityError,
     ServeError,
 )
@@ -111,6 +112,7 @@ from prfaas.transfer import (
     TransferError,
     TransferReceived,
 )
+from prfaas.transfer.errors import AbortReason, TransferAbortedError
 from prfaas.transfer.linkemu import RouteProbe
 
 ARRIVAL_TIMEOUT_S = 60.0
@@ -523,6 +525,13 @@ def _error(err: ServeError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status_code)
 
 
+def _transfer_failure(err: TransferError) -> ServeError:
+    """A full receive buffer on the decode side is room lacking now (503), not a failure."""
+    if isinstance(err, TransferAbortedError) and err.reason is AbortReason.OUT_OF_SPACE:
+        return KvBufferFullError(f"the decode side had no room for the KV: {err}")
+    return InstanceFailedError(f"KV transfer failed: {err}")
+
+
 def build_app(rt: InstanceRuntime) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -561,7 +570,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
 
     @app.exception_handler(TransferError)
     async def _transfer_error(_: Request, err: TransferError) -> JSONResponse:
-        return _error(InstanceFailedError(f"KV transfer failed: {err}"))
+        return _error(_transfer_failure(err))
 
     @app.get("/info")
     async def info() -> p.InstanceInfo:
