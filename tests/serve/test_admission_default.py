@@ -25,7 +25,8 @@ def test_a_deployment_that_names_no_admission_sheds_at_its_slo(tmp_path: Path) -
         assert (policy.config.mode, policy.config.ttft_slo_s) == (AdmissionMode.SHED, 10.0)
 
 
-def test_off_is_an_explicit_choice(tmp_path: Path) -> None:
+def test_off_is_an_explicit_choice_quoted_or_bare(tmp_path: Path) -> None:
     path = tmp_path / "deploy.yaml"
-    path.write_text(FILE % ', admission: {mode: "off"}')  # quoted: YAML reads a bare off as false
-    assert load_deployment(path).router.admission.policy() is None
+    for mode in ('"off"', "off"):  # YAML 1.1 reads a bare off as false: it still means off
+        path.write_text(FILE % f", admission: {{mode: {mode}}}")
+        assert load_deployment(path).router.admission.policy() is None

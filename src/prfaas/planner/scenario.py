@@ -188,18 +188,21 @@ class RebalanceFile(_Strict):
 DEFAULT_TTFT_SLO_S = 10.0
 
 
+def _bare_off(value: Any) -> Any:
+    """YAML 1.1 reads a bare `off` as false: `mode: off` means off."""
+    return "off" if value is False else value
+
+
+#: An admission mode as a YAML file writes it (scenario files here, deployment files in serve).
+AdmissionModeName = Annotated[Literal["off", "shed", "defer"], BeforeValidator(_bare_off)]
+
+
 class AdmissionFile(_Strict):
     """Admission control (prfaas.scheduler.admission), on by default (issue 27: past saturation
     a FCFS queue without it makes every request late); `mode: off` is the explicit opt-out. The
     TTFT objective is `slo.ttft_s`, else `DEFAULT_TTFT_SLO_S`."""
 
-    mode: Literal["off", "shed", "defer"] = "shed"
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _bare_off(cls, value: Any) -> Any:
-        """YAML 1.1 reads a bare `off` as false: `mode: off` means off."""
-        return "off" if value is False else value
+    mode: AdmissionModeName = "shed"
 
     margin_fraction: float = Field(default=0.0, ge=0)
     max_defer_s: float = Field(default=30.0, ge=0)

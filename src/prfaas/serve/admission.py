@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from prfaas.planner.scenario import AdmissionModeName
 from prfaas.scheduler import (
     AdmissionConfig,
     AdmissionMode,
@@ -42,7 +43,7 @@ class AdmissionSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["off", "shed", "defer"] = "shed"  # on by default; "off" is explicit
+    mode: AdmissionModeName = "shed"  # on by default; "off" (or YAML's bare off) is explicit
     ttft_slo_s: float = Field(default=10.0, gt=0)
     margin_fraction: float = Field(default=0.0, ge=0)
     max_defer_s: float = Field(default=30.0, ge=0)
