@@ -318,15 +318,15 @@ def test_chats_are_rendered_by_vllms_chat_template(stack: Stack, switches: dict[
 def test_unset_sampling_fields_take_the_models_generation_config(stack: Stack) -> None:
     """The tiny models' generation_config.json says top_k 1: a request that names neither
     temperature nor top_k is greedy in `vllm serve` alone, and so through prfaas (which
-    would otherwise sample at its own defaults, temperature 1 and no top_k)."""
+    would otherwise sample at its own defaults, temperature 1 and no top_k). Compared with
+    the greedy text only: `vllm serve`'s own defaulted run of the bf16 Qwen3-Next once gave
+    another text than its greedy run from the fourth character (a fresh clone's make test,
+    2026-12-04), while prfaas's equalled the greedy text."""
     prompt = "Defaults. " + SHORT
     body = {"model": stack.model, "prompt": prompt, "max_tokens": MAX_TOKENS}
-    texts = [
-        httpx.post(base + "/v1/completions", json=body, timeout=600).json()["choices"][0]["text"]
-        for base in (stack.prfaas_url, stack.reference_url)
-    ]
+    defaulted = httpx.post(stack.prfaas_url + "/v1/completions", json=body, timeout=600)
     greedy = complete(stack.reference_url, stack.model, prompt)["choices"][0]["text"]
-    assert texts == [greedy, greedy]
+    assert defaulted.json()["choices"][0]["text"] == greedy
 
 
 def test_a_chat_without_max_tokens_may_fill_the_context(stack: Stack) -> None:
