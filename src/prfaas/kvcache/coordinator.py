@@ -1,6 +1,7 @@
 """The coordinator: one request's blocks across every group, and the hybrid hit rule.
 
-A hit of k blocks needs, at the same time (paper section 3; a hit that restores attention KV without the recurrent state gives wrong output):
+A hit of k blocks needs, at the same time (paper section 3; a hit that restores attention KV without
+the recurrent state gives wrong output):
     every attention group   has the k blocks h[0..k-1] cached      (partial prefix match)
     every state group       has a snapshot stored under h[k-1]      (exact boundary only)
 so the coordinator first walks the attention groups (each can only shorten the prefix), then

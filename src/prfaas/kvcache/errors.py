@@ -2,7 +2,8 @@
 
 Running out of pages is not an error: `HybridPrefixCache.allocate` returns `OutOfPages` so the
 caller can queue or back off. Exceptions mean a caller broke the protocol (a bug) or two parties
-disagree on how blocks are identified (a deployment error; Dynamo users reported such mismatches failing silently, Dynamo PRs #1233 and #2981):
+disagree on how blocks are identified (a deployment error;
+Dynamo users reported such mismatches failing silently, Dynamo PRs #1233 and #2981):
 
     KVCacheError
     ├── CacheMisuseError            the caller broke the pool's protocol (a bug)

@@ -11,7 +11,8 @@ whole prefix up to that block boundary:
 H is BLAKE2b with an 8-byte digest and a fixed personalisation, so hashes are stable across
 processes and machines (Python's `hash` of a str is salted per process). The model fingerprint,
 seed and salt sit in the root, so two models, two seeds or two tenants never share a block.
-Router and engines must agree on all of it (a block size or hash mismatch fails silently otherwise: Dynamo PRs #1233, #2981): `CacheIdentity`
+Router and engines must agree on all of it (a block size or
+hash mismatch fails silently otherwise: Dynamo PRs #1233, #2981): `CacheIdentity`
 is what they compare when an instance registers with the global index.
 
 Mooncake traces name 512-token blocks by remapped integers (`hash_ids`); identical ids at the

@@ -19,7 +19,8 @@ the set of instances (and clusters) still holding every block so far, so its cos
 O(blocks x holders) with set operations in C, independent of how much else is cached.
 
 Instances register with their `CacheIdentity`; one that hashes blocks differently is refused
-(a mismatch would otherwise fail silently), and re-registering an instance drops what it held (a restart: stale peers, llm-d PR #2187).
+(a mismatch would otherwise fail silently), and re-registering an instance drops what it held
+(a restart: stale peers, llm-d PR #2187).
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ class CacheRequest:
 @dataclass(frozen=True, slots=True)
 class PrefixMatch:
     """The longest prefix every group can restore (attention blocks *and* a snapshot at exactly
-    `hit_blocks` in every state group). Never a hit without the state (restoring attention KV without the recurrent state gives wrong output).
+    `hit_blocks` in every state group). Never a hit without the state
+    (restoring attention KV without the recurrent state gives wrong output).
 
     `attention_blocks` >= `hit_blocks` is how far the attention KV alone reaches: the junction
     where this prompt leaves what is cached. `attention_block_ids` holds, per attention group,
@@ -149,7 +150,8 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class TransferManifest:
     """The blocks pinned for shipping: attention blocks from `first_block` on (what the receiver
-    lacks: hybrid P/D ships the last state and only the uncached blocks) plus every state group's live state. Freed on `complete_transfer`."""
+    lacks: hybrid P/D ships the last state and only the uncached blocks) plus every state
+    group's live state. Freed on `complete_transfer`."""
 
     transfer_id: TransferId
     request_id: RequestId
