@@ -19,16 +19,21 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class LinearProfile:
-    """T_prefill = base + per_token * l; S_kv = 1 MB per 1K tokens."""
+    """T_prefill = base + per_token * l; S_kv = 1 MB per 1K tokens; a decode step
+    `decode_step` whatever the batch."""
 
     prefill_base_s: float
     prefill_per_token_s: float
+    decode_step: float = 0.02
 
     def prefill_s(self, length_tokens: int) -> float:
         return self.prefill_base_s + self.prefill_per_token_s * length_tokens
 
     def cache_bytes(self, length_tokens: int) -> float:
         return 1000.0 * length_tokens
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        return self.decode_step
 
 
 FAST = LinearProfile(0.1, 1e-5)  # PrfaaS chip: 10K tokens in 0.2 s

@@ -24,6 +24,7 @@ from prfaas.scheduler import (
     ServePath,
     predict_ttft_s,
 )
+from prfaas.scheduler.load import DispatchLedger
 
 
 def scheduler(mode: AdmissionMode, slo_s: float = 2.0, **kwargs: object) -> GlobalScheduler:
@@ -124,6 +125,77 @@ def test_a_full_decode_batch_is_refused_even_when_prefill_is_quick() -> None:
     s.ledger.decode_done(RequestId("dec-0"))  # a slot frees on d0
     assert s.ledger.decoding_requests(InstanceId("d0")) == 7
     assert isinstance(s.route(req("r2", 5_000), make_view()), RouteDecision)
+
+
+def fill_decode(s: GlobalScheduler, first_token_s: float, decode_end_s: float, done: bool) -> None:
+    """BS_max = 8 requests on each decode instance, with the given predicted decode windows,
+    past their prefill (`done`) or still in it (with no prefill work queued)."""
+    for k in range(16):
+        rid = RequestId(f"dec-{k}")
+        decode = InstanceId(f"d{k % 2}")
+        s.ledger.dispatch(
+            rid,
+            InstanceId("p0"),
+            0.0,
+            decode,
+            0,
+            first_token_s=first_token_s,
+            decode_end_s=decode_end_s,
+        )
+        if done:
+            s.ledger.prefill_done(rid)
+
+
+def test_slots_promised_to_requests_still_in_prefill_refuse_a_new_decode() -> None:
+    # Nothing decodes yet, but 8 requests per decode instance finish their prefill at 1 s and
+    # decode until 100 s: this request's decode (from ~0.4 s on) would find every slot taken.
+    s = scheduler(AdmissionMode.SHED, slo_s=2.0)
+    fill_decode(s, first_token_s=1.0, decode_end_s=100.0, done=False)
+    decision = s.route(req("r", 5_000), make_view())
+    assert isinstance(decision, Rejection) and decision.reason is RejectReason.DECODE_BATCH_FULL
+
+
+def test_decodes_predicted_to_end_before_the_first_token_leave_their_slots_free() -> None:
+    # Both batches are full now, but predicted to end at 0.3 s, before this request's first
+    # token (its 5K-token prefill takes 0.4 s): it is admitted.
+    s = scheduler(AdmissionMode.SHED, slo_s=2.0)
+    fill_decode(s, first_token_s=0.0, decode_end_s=0.3, done=True)
+    assert s.ledger.decoding_requests(InstanceId("d0")) == 8
+    assert isinstance(s.route(req("r", 5_000), make_view()), RouteDecision)
+    # A decode running past its prediction holds its slot until it is reported done.
+    late = scheduler(AdmissionMode.SHED, slo_s=2.0)
+    fill_decode(late, first_token_s=0.0, decode_end_s=0.0, done=True)
+    assert isinstance(late.route(req("r", 5_000), make_view()), Rejection)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    slots=st.lists(
+        st.tuples(st.floats(0, 50), st.floats(0, 50), st.booleans()), min_size=0, max_size=12
+    ),
+    start_s=st.floats(0, 60),
+    length_s=st.floats(0.001, 60),
+    now_s=st.floats(0, 10),
+)
+def test_decode_slots_taken_is_the_peak_overlap(
+    slots: list[tuple[float, float, bool]], start_s: float, length_s: float, now_s: float
+) -> None:
+    """The sweep equals a brute-force count at every window boundary inside the query."""
+    ledger = DispatchLedger()
+    windows = []
+    for k, (first_s, end_s, done) in enumerate(slots):
+        rid = RequestId(f"r{k}")
+        ledger.dispatch(
+            rid, InstanceId("p"), 0.0, InstanceId("d"), 0, first_token_s=first_s, decode_end_s=end_s
+        )
+        if done:
+            ledger.prefill_done(rid)
+        begin = now_s if done else max(first_s, now_s)
+        windows.append((begin, end_s if end_s > now_s else math.inf))
+    end_q = start_s + length_s
+    points = [start_s] + [b for b, _ in windows if start_s <= b < end_q]
+    brute = max((sum(1 for b, e in windows if b <= t < e) for t in points), default=0)
+    assert ledger.decode_slots_taken(InstanceId("d"), start_s, end_q, now_s) == brute
 
 
 @settings(max_examples=60, deadline=None)

@@ -123,9 +123,12 @@ def test_small_windows_accumulate_until_min_samples() -> None:
 GEOMETRIC = [int(1000 * 1.1**k) for k in range(40)]
 
 
-def refusing_window(at_decode: int, at_pd_prefill: int, at_prfaas: int = 0) -> Window:
-    """40 dispatched requests (GEOMETRIC lengths) and the given refusals by stage."""
-    w = window(GEOMETRIC, output=343)
+def refusing_window(
+    at_decode: int, at_pd_prefill: int, at_prfaas: int = 0, output: int = 343
+) -> Window:
+    """40 dispatched requests (GEOMETRIC lengths; with 343-token outputs the planner wants 5
+    PD-P of 8, with 200-token ones 6) and the given refusals by stage."""
+    w = window(GEOMETRIC, output=output)
     w.refused_at_decode, w.refused_at_pd_prefill, w.refused_at_prfaas = (
         at_decode,
         at_pd_prefill,
@@ -137,26 +140,35 @@ def refusing_window(at_decode: int, at_pd_prefill: int, at_prfaas: int = 0) -> W
 def test_overload_decode_refusals_flip_pd_prefill_to_decode_and_lower_t(
     config: RebalanceConfig,
 ) -> None:
-    # Admission refused 10 of 50 routed, 8 for a full decode batch: decode is what is short,
-    # whatever the steady-state planner wants (it assumes every request is served). The new t
-    # is the planner's for the 3 PD-P instances left, below its t for 4, moved at most a factor
-    # 1.25 per period (damping).
+    # Admission refused 10 of 50 routed, 8 for a full decode batch, and the planner wants 5
+    # PD-P where there are 6: decode is what is short. The new t is the planner's for the 5
+    # PD-P instances left, below its t for 6, moved at most a factor 1.25 per period (damping).
     policy = RebalancePolicy(config)
-    view = case_study_view(n_p=4, n_d=4)
+    view = case_study_view(n_p=6, n_d=2)
     busy = stats(0.97, 0.7)
     actions = policy.step(view, busy, refusing_window(8, 2), 19_600)
-    assert FlipRole("p3", Role.PD_DECODE, RebalanceReason.DECODE_BOTTLENECK) in actions
+    assert FlipRole("p5", Role.PD_DECODE, RebalanceReason.DECODE_BOTTLENECK) in actions
     [new_t] = [a.threshold_tokens for a in actions if isinstance(a, SetThreshold)]
     dispatched = window(GEOMETRIC, output=343)
-    target = policy.target(view, busy, dispatched, n_p=3)[1]
-    assert target < policy.target(view, busy, dispatched, n_p=4)[1]
+    target = policy.target(view, busy, dispatched, n_p=5)[1]
+    assert target < policy.target(view, busy, dispatched, n_p=6)[1]
     assert new_t == max(target, round(19_600 / (1 + config.max_threshold_step_fraction)))
     assert new_t < 19_600
 
 
+def test_overload_refusals_never_flip_against_the_planners_n_p(config: RebalanceConfig) -> None:
+    # Decode refuses 8 of 50, but the planner wants 5 PD-P where there are 4: flipping a
+    # fifth PD-P instance to decode would starve prefill further (a prefix-heavy trace lost
+    # 74 requests in SLO to such a flip), so nothing flips.
+    policy = RebalancePolicy(config)
+    assert policy.target(case_study_view(4, 4), stats(), window(GEOMETRIC, output=343))[0] == 5
+    actions = policy.step(case_study_view(4, 4), stats(0.97, 0.7), refusing_window(8, 2), 19_600)
+    assert not [a for a in actions if isinstance(a, FlipRole)]
+
+
 def test_overload_refusals_at_prfaas_or_balanced_flip_nothing(config: RebalanceConfig) -> None:
     policy = RebalancePolicy(config)
-    view = case_study_view(n_p=4, n_d=4)
+    view = case_study_view(n_p=6, n_d=2)
     for refusals in [(0, 0, 20), (6, 5, 0), (2, 1, 10)]:
         actions = policy.step(view, stats(0.97, 0.97), refusing_window(*refusals), 19_600)
         assert not [a for a in actions if isinstance(a, FlipRole)], refusals
@@ -164,15 +176,16 @@ def test_overload_refusals_at_prfaas_or_balanced_flip_nothing(config: RebalanceC
 
 def test_overload_flip_is_undone_only_past_the_hysteresis(config: RebalanceConfig) -> None:
     policy = RebalancePolicy(config)
-    first = policy.step(case_study_view(4, 4), stats(), refusing_window(8, 0), 19_600)
+    first = policy.step(case_study_view(6, 2), stats(), refusing_window(8, 0), 19_600)
     assert any(isinstance(a, FlipRole) for a in first)  # decode refused 8 of 48 routed
-    after = case_study_view(n_p=3, n_d=5)
-    # PD-P now refuses 9 of 49 (18%): more than decode did (17%), less than twice: hold.
-    held = policy.step(after, stats(), refusing_window(0, 9), 19_600)
+    after = case_study_view(n_p=5, n_d=3)
+    # The mix changed (shorter outputs: the planner now wants 6 PD-P). PD-P refuses 9 of 49
+    # (18%): more than decode did (17%), less than twice: hold.
+    held = policy.step(after, stats(), refusing_window(0, 9, output=200), 19_600)
     assert not [a for a in held if isinstance(a, FlipRole)]
     # 20 of 60 (33%) is past twice 17%: the flip did not pay, undo it.
-    undone = policy.step(after, stats(), refusing_window(0, 20), 19_600)
-    assert FlipRole("d4", Role.PD_PREFILL, RebalanceReason.PREFILL_BOTTLENECK) in undone
+    undone = policy.step(after, stats(), refusing_window(0, 20, output=200), 19_600)
+    assert FlipRole("d2", Role.PD_PREFILL, RebalanceReason.PREFILL_BOTTLENECK) in undone
 
 
 def test_below_the_overload_fraction_the_planner_decides(config: RebalanceConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sim_fixtures import write_scenario
 
 from prfaas.planner.plan import plan
@@ -18,23 +19,29 @@ from prfaas.planner.scenario import (
 from prfaas.sim.api import simulate_body, simulate_scenario
 
 
-def _goodput(load: float) -> float:
-    body, base_dir = read_scenario_file("paper-case-study")
-    scenario = build_scenario(body, base_dir, "paper-case-study")
+def _goodput(name: str, load: float) -> float:
+    body, base_dir = read_scenario_file(name)
+    scenario = build_scenario(body, base_dir, name)
     lambda_max = plan(scenario.hardware, scenario.workload, 100).deployments["prfaas_pd"].lambda_max
     arrivals = ArrivalsFile(process="poisson", rate_per_s=load * lambda_max, num_requests=1500)
     # Only the objective goodput is counted against (the paper's 40 tokens/s decode); admission
     # keeps its default.
-    simulation = SimulationFile(slo=SloFile(ttft_s=10, tpot_s=0.025))
+    simulation = (body.simulation or SimulationFile()).model_copy(
+        update={"slo": SloFile(ttft_s=10, tpot_s=0.025)}
+    )
     body = body.model_copy(update={"arrivals": arrivals, "simulation": simulation})
-    summary = simulate_body(body, base_dir, "paper-case-study", ["prfaas"])[0].report.summary
+    summary = simulate_body(body, base_dir, name, ["prfaas"])[0].report.summary
     assert summary.goodput_per_s is not None
     return summary.goodput_per_s
 
 
-def test_goodput_at_twice_the_planned_load_keeps_90_percent_of_its_peak() -> None:
-    peak = max(_goodput(load) for load in (1.0, 1.25, 1.5))
-    assert _goodput(2.0) >= 0.9 * peak
+# The Mooncake scenario without a trace runs its lognormal stand-in with prefix caching on;
+# there goodput at 2x was 86% of peak while admission counted only the decode slots already
+# taken, not those promised to requests still in prefill.
+@pytest.mark.parametrize("name", ["paper-case-study", "paper-case-study-mooncake"])
+def test_goodput_at_twice_the_planned_load_keeps_90_percent_of_its_peak(name: str) -> None:
+    peak = max(_goodput(name, load) for load in (1.0, 1.25, 1.5))
+    assert _goodput(name, 2.0) >= 0.9 * peak
 
 
 def test_the_default_sheds_and_off_is_explicit(tmp_path: Path) -> None:

@@ -16,11 +16,16 @@ placement chose:
                (KV streams while prefill runs, so the later of prefill end and link drain)
     PD-P:      TTFT ~ move_s + queue_s + prefill_s (RDMA is never the bottleneck, Eq. 4)
 
-Decode is judged too: when the chosen decode instance already holds BS_max requests past their
-prefill (its batch is full now; the ledger counts them from prefill done to decode done), a
-new one is likely to wait for a slot, and its first inter-token gap would hold that wait, so
-it would miss the TPOT objective however fast its prefill is; it is refused
-(`decode-batch-full`) or deferred like a late prediction.
+Decode is judged too. Every dispatched request has a predicted decode window: from its first
+token (dispatch time + its predicted TTFT) to the end of its output at a full batch's step time
+(`decode_window_s`). When BS_max of the requests dispatched to the chosen decode instance are
+predicted to hold a slot at some moment of this request's window, it would wait for a slot or
+make one of them wait; that first inter-token gap would hold the wait, so it would miss the
+TPOT objective however fast its prefill is. It is refused (`decode-batch-full`) or deferred
+like a late prediction. Requests still in prefill count from their predicted first token (a
+batch about to be filled is as full as a filled one), decodes predicted to end before this
+one's first token do not count, and a decode running past its prediction holds its slot until
+it is reported done.
 
 The ledger counts a running prefill at its full estimate (it does not know how far it got), so
 the prediction errs late by at most one prefill; `margin_fraction` sets how far past the SLO
@@ -106,13 +111,47 @@ def predict_ttft_s(
     return max(prefill_end_s, send_s) + link.rtt_s / 2
 
 
-def _decode_full(decision: RouteDecision, view: ClusterView, ledger: DispatchLedger) -> bool:
-    """Whether the chosen decode instance has BS_max requests dispatched already (0: unknown)."""
+def _decode_batch_limit(decision: RouteDecision, view: ClusterView) -> int:
+    """BS_max of the chosen decode instance (0: unknown)."""
     for inst in view.accepting(Role.PD_DECODE):
         if inst.instance_id == decision.decode_instance_id:
-            limit = inst.max_batch_size
-            return limit > 0 and ledger.decoding_requests(inst.instance_id) >= limit
-    return False
+            return inst.max_batch_size
+    return 0
+
+
+def decode_window_s(
+    decision: RouteDecision,
+    request: RouteRequest,
+    view: ClusterView,
+    ledger: DispatchLedger,
+    config: SchedulerConfig,
+) -> tuple[float, float]:
+    """When the request is predicted to take its decode slot (its first token) and to leave
+    it (its output at a full batch's step time), as absolute times."""
+    first_token_s = view.now_s + predict_ttft_s(decision, request, view, ledger, config)
+    batch = max(1, _decode_batch_limit(decision, view))
+    context = request.input_tokens + request.output_tokens // 2
+    step_s = config.pd_profile.decode_step_s(batch, max(1, context))
+    return first_token_s, first_token_s + request.output_tokens * step_s
+
+
+def _decode_full(
+    decision: RouteDecision,
+    request: RouteRequest,
+    view: ClusterView,
+    ledger: DispatchLedger,
+    config: SchedulerConfig,
+) -> bool:
+    """Whether BS_max requests already dispatched to the chosen decode instance are predicted
+    to hold its slots at some moment of this request's decode (see the module docstring)."""
+    limit = _decode_batch_limit(decision, view)
+    if limit <= 0:
+        return False
+    first_s, last_s = decode_window_s(decision, request, view, ledger, config)
+    last_s = max(last_s, math.nextafter(first_s, math.inf))
+    return (
+        ledger.decode_slots_taken(decision.decode_instance_id, first_s, last_s, view.now_s) >= limit
+    )
 
 
 class AdmissionPolicy:
@@ -139,7 +178,7 @@ class AdmissionPolicy:
         excess_s = predicted_s - cfg.limit_s
         reason = RejectReason.PREDICTED_TTFT_OVER_SLO
         if excess_s <= 0:
-            if not _decode_full(decision, view, ledger):
+            if not _decode_full(decision, request, view, ledger, config):
                 return None
             reason, excess_s = RejectReason.DECODE_BATCH_FULL, 0.0
         retry_s = float(max(cfg.min_retry_after_s, math.ceil(excess_s)))

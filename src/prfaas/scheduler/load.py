@@ -18,6 +18,7 @@ memory (the request waits there).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ class _Entry:
     prefill_work_s: float
     decode_instance_id: InstanceId
     kv_bytes: float
+    first_token_s: float  # predicted at dispatch (absolute time)
+    decode_end_s: float  # predicted at dispatch: first token + output x a full batch's step
     is_prefilling: bool = True
 
 
@@ -43,6 +46,7 @@ class DispatchLedger:
         self._decode_requests: dict[InstanceId, int] = {}
         self._decode_kv_bytes: dict[InstanceId, float] = {}
         self._decoding: dict[InstanceId, int] = {}  # past prefill: in (or waiting for) the batch
+        self._by_decode: dict[InstanceId, set[RequestId]] = {}
 
     def dispatch(
         self,
@@ -51,12 +55,23 @@ class DispatchLedger:
         prefill_work_s: float,
         decode_instance_id: InstanceId,
         kv_bytes: float,
+        *,
+        first_token_s: float = 0.0,
+        decode_end_s: float = 0.0,
     ) -> None:
+        """`first_token_s` / `decode_end_s`: when the request is predicted to take a decode
+        slot and to leave it (absolute times; only `decode_slots_taken` reads them)."""
         if request_id in self._entries:
             raise KeyError(f"request {request_id} dispatched twice")
         self._entries[request_id] = _Entry(
-            prefill_instance_id, prefill_work_s, decode_instance_id, kv_bytes
+            prefill_instance_id,
+            prefill_work_s,
+            decode_instance_id,
+            kv_bytes,
+            first_token_s,
+            decode_end_s,
         )
+        self._by_decode.setdefault(decode_instance_id, set()).add(request_id)
         self._add_prefill(prefill_instance_id, prefill_work_s)
         self._decode_requests[decode_instance_id] = self.decode_requests(decode_instance_id) + 1
         self._decode_kv_bytes[decode_instance_id] = self.decode_kv_bytes(decode_instance_id) + (
@@ -75,6 +90,7 @@ class DispatchLedger:
     def decode_done(self, request_id: RequestId) -> None:
         entry = self._entries.pop(request_id)
         decode = entry.decode_instance_id
+        self._by_decode[decode].discard(request_id)
         if entry.is_prefilling:
             self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
         else:
@@ -91,6 +107,29 @@ class DispatchLedger:
     def decoding_requests(self, instance_id: InstanceId) -> int:
         """Requests on `instance_id` whose prefill is done: its decode batch and queue now."""
         return self._decoding.get(instance_id, 0)
+
+    def decode_slots_taken(
+        self, instance_id: InstanceId, start_s: float, end_s: float, now_s: float
+    ) -> int:
+        """The most of `instance_id`'s dispatched requests holding a decode slot at once
+        within [start_s, end_s), by their predicted windows.
+
+        A request past its prefill holds its slot from now on (it decodes or waits for one);
+        a prefill running late starts its decode now at the earliest; a decode predicted to
+        have ended already is taken to end now."""
+        changes: list[tuple[float, int]] = []
+        for rid in self._by_decode.get(instance_id, ()):
+            e = self._entries[rid]
+            first_s = max(e.first_token_s, now_s) if e.is_prefilling else now_s
+            last_s = e.decode_end_s if e.decode_end_s > now_s else math.inf
+            begin_s, finish_s = max(first_s, start_s), min(last_s, end_s)
+            if begin_s < finish_s:
+                changes += [(begin_s, 1), (finish_s, -1)]
+        peak = taken = 0
+        for _, step in sorted(changes):  # half-open: a slot left at t is free for one taken at t
+            taken += step
+            peak = max(peak, taken)
+        return peak
 
     def decode_kv_bytes(self, instance_id: InstanceId) -> float:
         return self._decode_kv_bytes.get(instance_id, 0.0)

@@ -16,9 +16,10 @@ One step, on the window of requests routed since the last step:
    content but the other side is idle (utilisation under idle_utilisation).
 
 In overload (admission control refused >= overload_refusal_fraction of the window's routed
-requests) steps 2-3 change: the planner's N_p assumes every request is served, so the flip
-follows the admission refusals by stage instead (`_overload_flip_role`), and t is the planner's
-best for the PD-P count after that flip (docs/scheduler.md, "The slow loop in overload").
+requests) steps 2-3 change: the flip needs the admission refusals by stage to point at the
+stage that is short and the planner's N_p to point the same way (`_overload_flip_role`), and t
+is the planner's best for the PD-P count after that flip (docs/scheduler.md, "The slow loop in
+overload").
 
 Damping (issue 27: undamped, t swung 3.6K -> 9.5K -> 1.0K within 240 s on a held-out trace and
 cost 4-5% of the requests in SLO against the loop off). A threshold move is taken only when
@@ -185,11 +186,11 @@ class RebalancePolicy:
             return []
         n_p = len(view.accepting(Role.PD_PREFILL))  # after this step's flip (a drain: neither)
         try:
+            target_n_p, _ = self.target(view, stats, window)
             if window.refused_fraction >= self.config.overload_refusal_fraction:
-                flip = self._overload_flip_role(view, window)
+                flip = self._overload_flip_role(view, window, target_n_p)
             else:
                 self._overload_flip = None
-                target_n_p, _ = self.target(view, stats, window)
                 flip = self._flip(view, stats, target_n_p)
             if flip is not None:
                 n_p += 1 if flip.to_role is Role.PD_PREFILL else -1
@@ -245,11 +246,16 @@ class RebalancePolicy:
         self._last_move = direction
         return new_t
 
-    def _overload_flip_role(self, view: ClusterView, window: Window) -> FlipRole | None:
-        """In overload (admission refuses >= overload_refusal_fraction of what is routed) the
-        steady-state planner's N_p no longer applies: it assumes every request is served.
-        Flip toward the PD stage whose refusals are at least that fraction of the routed
-        requests and `refusal_dominance` x the other PD stage's. A flip that undoes the last
+    def _overload_flip_role(
+        self, view: ClusterView, window: Window, target_n_p: int
+    ) -> FlipRole | None:
+        """In overload (admission refuses >= overload_refusal_fraction of what is routed) flip
+        toward the PD stage whose refusals are at least that fraction of the routed requests
+        and `refusal_dominance` x the other PD stage's, and only where the planner's N_p on
+        the window's mix (`target_n_p`) asks for a move the same way: refusals alone moved a
+        PD-P instance to decode on a prefix-heavy trace and cost 2% of the requests in SLO
+        against the loop off (its prefill and prefix cache were worth more than the decode
+        slots). A flip that undoes the last
         overload flip needs more: the stage it would feed must now refuse `refusal_dominance`
         x the share the other stage refused when that flip was made (hysteresis: after a flip
         the stage it took from refuses more, and load moves between windows; undoing on any
@@ -268,6 +274,10 @@ class RebalancePolicy:
             reason = RebalanceReason.PREFILL_BOTTLENECK
         else:
             return None
+        n_p = view.count(Role.PD_PREFILL)
+        wanted = target_n_p < n_p if to_role is Role.PD_DECODE else target_n_p > n_p
+        if not wanted:
+            return None  # the planner, on the window's mix, would keep or move the other way
         share = refused / routed
         last = self._overload_flip
         if last is not None and last[0] is not to_role and share < cfg.refusal_dominance * last[1]:

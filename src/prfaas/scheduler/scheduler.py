@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from prfaas.kvcache.ids import RequestId
-from prfaas.scheduler.admission import AdmissionPolicy
+from prfaas.scheduler.admission import AdmissionPolicy, decode_window_s
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import (
     Decision,
@@ -71,7 +71,7 @@ class GlobalScheduler:
                     self._window.observe_refusal(decision, verdict)
                 return verdict
         self.reasons[f"{decision.path}:{decision.reason}"] += 1
-        self._dispatch(decision, request)
+        self._dispatch(decision, request, view)
         return decision
 
     def prefill_done(self, request_id: RequestId) -> None:
@@ -100,14 +100,19 @@ class GlobalScheduler:
                 self.policy.threshold_tokens = action.threshold_tokens
         return actions
 
-    def _dispatch(self, decision: RouteDecision, request: RouteRequest) -> None:
+    def _dispatch(self, decision: RouteDecision, request: RouteRequest, view: ClusterView) -> None:
         on_prfaas = decision.path is ServePath.PRFAAS
+        first_token_s, decode_end_s = decode_window_s(
+            decision, request, view, self.ledger, self.config
+        )
         self.ledger.dispatch(
             decision.request_id,
             decision.prefill_instance_id,
             self.config.prefill_s(on_prfaas, decision.uncached_tokens),
             decision.decode_instance_id,
             self.config.kv_bytes(request.input_tokens + request.output_tokens),
+            first_token_s=first_token_s,
+            decode_end_s=decode_end_s,
         )
         if self.rebalancer is not None:  # the window feeds only the slow loop
             self._window.observe(request, decision)
