@@ -40,11 +40,14 @@ FAST = LinearProfile(0.1, 1e-5)  # PrfaaS chip: 10K tokens in 0.2 s
 SLOW = LinearProfile(0.2, 4e-5)  # PD chip: 10K tokens in 0.6 s
 
 
-def make_config(threshold_tokens: int = 10_000, **kwargs: object) -> SchedulerConfig:
+#: t the tests' schedulers start from (the scheduler owns t: `GlobalScheduler(..., t)`).
+THRESHOLD_TOKENS = 10_000
+
+
+def make_config(**kwargs: object) -> SchedulerConfig:
     return SchedulerConfig(
         prfaas_profile=FAST,  # type: ignore[arg-type]
         pd_profile=SLOW,  # type: ignore[arg-type]
-        threshold_tokens=threshold_tokens,
         **kwargs,  # type: ignore[arg-type]
     )
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scheduler_fixtures import GB, make_config, make_view, req
+from scheduler_fixtures import GB, THRESHOLD_TOKENS, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
@@ -30,7 +30,7 @@ from prfaas.scheduler.load import DispatchLedger
 def scheduler(mode: AdmissionMode, slo_s: float = 2.0, **kwargs: object) -> GlobalScheduler:
     config = make_config(burst_enter_s=math.inf)  # keep short requests at PD-P (burst rule off)
     admission = AdmissionPolicy(AdmissionConfig(mode, ttft_slo_s=slo_s, **kwargs))  # type: ignore[arg-type]
-    return GlobalScheduler(PrfaasPolicy(config), config, admission=admission)
+    return GlobalScheduler(PrfaasPolicy(config), config, THRESHOLD_TOKENS, admission=admission)
 
 
 def fill_pd_p(s: GlobalScheduler, work_s: float) -> None:

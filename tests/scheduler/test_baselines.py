@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from scheduler_fixtures import make_config, make_view, req
+from scheduler_fixtures import THRESHOLD_TOKENS, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
@@ -17,8 +17,8 @@ from prfaas.scheduler import (
 
 
 def route(name: str, request, s: GlobalScheduler | None = None) -> RouteDecision:  # type: ignore[no-untyped-def]
-    config = make_config(threshold_tokens=10_000)
-    s = s or GlobalScheduler(make_policy(name, config), config)
+    config = make_config()
+    s = s or GlobalScheduler(make_policy(name, config), config, THRESHOLD_TOKENS)
     d = s.route(request, make_view())
     assert isinstance(d, RouteDecision)
     return d
@@ -70,8 +70,8 @@ def test_dynamo_local_when_short_after_local_prefix() -> None:
 
 
 def test_dynamo_local_when_remote_queue_busy() -> None:
-    config = make_config(threshold_tokens=10_000, dynamo_busy_s=5.0)
-    s = GlobalScheduler(make_policy("dynamo", config), config)
+    config = make_config(dynamo_busy_s=5.0)
+    s = GlobalScheduler(make_policy("dynamo", config), config, THRESHOLD_TOKENS)
     for name in ("f0", "f1"):
         s.ledger.dispatch(RequestId(f"q{name}"), InstanceId(name), 5.0, InstanceId("d0"), 0.0)
     d = route("dynamo", req("r", 30_000), s)

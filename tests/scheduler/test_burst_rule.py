@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from scheduler_fixtures import GB, make_config, make_view, req
+from scheduler_fixtures import GB, THRESHOLD_TOKENS, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
@@ -22,7 +22,7 @@ SHORT = 5_000  # <= t (10K): PrfaaS prefill 0.15 s, KV 5 MB (0.5 ms at 10 GB/s)
 
 def scheduler() -> GlobalScheduler:
     config = make_config(burst_enter_s=2.0, burst_leave_s=0.5)
-    return GlobalScheduler(PrfaasPolicy(config), config)
+    return GlobalScheduler(PrfaasPolicy(config), config, THRESHOLD_TOKENS)
 
 
 def set_pd_p_wait(s: GlobalScheduler, wait_s: float) -> None:

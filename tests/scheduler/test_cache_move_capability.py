@@ -7,7 +7,7 @@ PrfaaS must stay on PrfaaS rather than go to PD-P cold (issue 8).
 
 from __future__ import annotations
 
-from scheduler_fixtures import GB, make_config, make_view, req
+from scheduler_fixtures import GB, THRESHOLD_TOKENS, make_config, make_view, req
 
 from prfaas.scheduler import (
     BandwidthMode,
@@ -26,7 +26,9 @@ SCARCE_LINK = LinkView(10 * GB, egress_bytes_per_s=8 * GB)
 
 def _route(can_move: bool, request: RouteRequest, link: LinkView | None = None) -> RouteDecision:
     config = make_config(can_move_cache=can_move)
-    decision = GlobalScheduler(PrfaasPolicy(config), config).route(request, make_view(link))
+    decision = GlobalScheduler(PrfaasPolicy(config), config, THRESHOLD_TOKENS).route(
+        request, make_view(link)
+    )
     assert isinstance(decision, RouteDecision)
     return decision
 

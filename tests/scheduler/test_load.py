@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from scheduler_fixtures import GB, make_config, make_view, req
+from scheduler_fixtures import GB, THRESHOLD_TOKENS, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
@@ -19,7 +19,7 @@ from prfaas.scheduler import (
 
 def test_back_to_back_requests_spread_without_instance_reports() -> None:
     config = make_config()
-    s = GlobalScheduler(HomogeneousPdPolicy(config), config)
+    s = GlobalScheduler(HomogeneousPdPolicy(), config, THRESHOLD_TOKENS)
     view = make_view()  # the view never changes: only the ledger sees the dispatches
     chosen = [s.route(req(f"r{i}", 5_000), view) for i in range(4)]
     assert [d.prefill_instance_id for d in chosen if isinstance(d, RouteDecision)] == [
@@ -38,7 +38,7 @@ def test_back_to_back_requests_spread_without_instance_reports() -> None:
 
 def test_affinity_wins_while_within_the_load_bound() -> None:
     config = make_config()
-    s = GlobalScheduler(HomogeneousPdPolicy(config), config)
+    s = GlobalScheduler(HomogeneousPdPolicy(), config, THRESHOLD_TOKENS)
     d = s.route(req("a", 10_000, {"p1": 8_000}), make_view())
     assert isinstance(d, RouteDecision)
     assert (d.prefill_instance_id, d.reused_prefix_tokens) == ("p1", 8_000)
@@ -46,7 +46,7 @@ def test_affinity_wins_while_within_the_load_bound() -> None:
 
 def test_hot_instance_is_not_piled_onto() -> None:
     config = make_config()
-    s = GlobalScheduler(HomogeneousPdPolicy(config), config)
+    s = GlobalScheduler(HomogeneousPdPolicy(), config, THRESHOLD_TOKENS)
     chosen = []
     for i in range(6):  # every request hits p0's cache
         d = s.route(req(f"r{i}", 40_000, {"p0": 20_000}), make_view())
@@ -60,7 +60,7 @@ def test_hot_instance_is_not_piled_onto() -> None:
 
 def test_prefill_done_releases_load() -> None:
     config = make_config()
-    s = GlobalScheduler(HomogeneousPdPolicy(config), config)
+    s = GlobalScheduler(HomogeneousPdPolicy(), config, THRESHOLD_TOKENS)
     s.route(req("a", 5_000), make_view())
     assert s.ledger.prefill_work_s(InstanceId("p0")) == pytest.approx(0.4)
     s.prefill_done(RequestId("a"))

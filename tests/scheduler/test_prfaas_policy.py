@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler_fixtures import GB, inst, make_config, make_view, req
+from scheduler_fixtures import GB, THRESHOLD_TOKENS, inst, make_config, make_view, req
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
@@ -23,7 +23,7 @@ from prfaas.scheduler import (
 
 def scheduler(**kwargs: object) -> GlobalScheduler:
     config = make_config(**kwargs)
-    return GlobalScheduler(PrfaasPolicy(config), config)
+    return GlobalScheduler(PrfaasPolicy(config), config, THRESHOLD_TOKENS)
 
 
 SCARCE_LINK = LinkView(10 * GB, egress_bytes_per_s=8 * GB)

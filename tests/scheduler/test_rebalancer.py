@@ -7,6 +7,7 @@ from scheduler_fixtures import inst, make_view
 
 from prfaas.planner import load_scenario
 from prfaas.planner.optimise import Stage
+from prfaas.planner.scenario import RebalanceFile
 from prfaas.scheduler import (
     FlipRole,
     RebalanceConfig,
@@ -24,7 +25,9 @@ LINK_100G = 100e9 / 8
 
 @pytest.fixture(scope="module")
 def config() -> RebalanceConfig:
-    return RebalanceConfig(load_scenario("paper-case-study").hardware, min_samples=10)
+    return RebalanceConfig.of(
+        load_scenario("paper-case-study").hardware, RebalanceFile(min_samples=10)
+    )
 
 
 def case_study_view(n_p: int, n_d: int, draining: str | None = None):  # type: ignore[no-untyped-def]
@@ -100,11 +103,12 @@ def test_small_windows_accumulate_until_min_samples() -> None:
     from prfaas.scheduler import GlobalScheduler, PrfaasPolicy
 
     hw = load_scenario("paper-case-study").hardware
-    sched_config = make_config(threshold_tokens=20_000)
+    sched_config = make_config()
     scheduler = GlobalScheduler(
         PrfaasPolicy(sched_config),
         sched_config,
-        RebalancePolicy(RebalanceConfig(hw, min_samples=8)),
+        20_000,
+        RebalancePolicy(RebalanceConfig.of(hw, RebalanceFile(min_samples=8))),
     )
     view = case_study_view(n_p=3, n_d=5)
     for period in range(2):  # two periods of 4 requests each: too few alone, enough together
@@ -199,7 +203,7 @@ def test_below_the_overload_fraction_the_planner_decides(config: RebalanceConfig
 def test_scheduler_counts_admission_refusals_by_stage() -> None:
     import math
 
-    from scheduler_fixtures import make_config, req
+    from scheduler_fixtures import THRESHOLD_TOKENS, make_config, req
 
     from prfaas.kvcache.ids import InstanceId, RequestId
     from prfaas.scheduler import (
@@ -217,7 +221,8 @@ def test_scheduler_counts_admission_refusals_by_stage() -> None:
     scheduler = GlobalScheduler(
         PrfaasPolicy(sched_config),
         sched_config,
-        RebalancePolicy(RebalanceConfig(hw, min_samples=1)),
+        THRESHOLD_TOKENS,
+        RebalancePolicy(RebalanceConfig.of(hw, RebalanceFile(min_samples=1))),
         admission,
     )
     view = case_study_view(n_p=1, n_d=1)

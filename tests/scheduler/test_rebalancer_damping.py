@@ -10,13 +10,16 @@ import pytest
 from test_rebalancer import GEOMETRIC, case_study_view, stats, window
 
 from prfaas.planner import load_scenario
+from prfaas.planner.scenario import RebalanceFile
 from prfaas.scheduler import RebalanceConfig, RebalancePolicy, SetThreshold
 from prfaas.scheduler.decisions import RebalanceAction
 
 
 @pytest.fixture(scope="module")
 def config() -> RebalanceConfig:
-    return RebalanceConfig(load_scenario("paper-case-study").hardware, min_samples=10)
+    return RebalanceConfig.of(
+        load_scenario("paper-case-study").hardware, RebalanceFile(min_samples=10)
+    )
 
 
 def _settled(policy: RebalancePolicy):  # type: ignore[no-untyped-def]

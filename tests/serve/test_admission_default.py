@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prfaas.scheduler import AdmissionMode
+from prfaas.scheduler import AdmissionMode, admission_policy
 from prfaas.serve.config import default_deployment, load_deployment
 
 FILE = """\
@@ -20,7 +20,8 @@ def test_a_deployment_that_names_no_admission_sheds_at_its_slo(tmp_path: Path) -
     path = tmp_path / "deploy.yaml"
     path.write_text(FILE % "")
     for deployment in (load_deployment(path), default_deployment()):
-        policy = deployment.router.admission.policy()
+        spec = deployment.router.admission
+        policy = admission_policy(spec, spec.ttft_slo_s)
         assert policy is not None
         assert (policy.config.mode, policy.config.ttft_slo_s) == (AdmissionMode.SHED, 10.0)
 
@@ -29,4 +30,5 @@ def test_off_is_an_explicit_choice_quoted_or_bare(tmp_path: Path) -> None:
     path = tmp_path / "deploy.yaml"
     for mode in ('"off"', "off"):  # YAML 1.1 reads a bare off as false: it still means off
         path.write_text(FILE % f", admission: {{mode: {mode}}}")
-        assert load_deployment(path).router.admission.policy() is None
+        spec = load_deployment(path).router.admission
+        assert admission_policy(spec, spec.ttft_slo_s) is None

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_instance
 
+from prfaas.scheduler import admission_policy
 from prfaas.serve.admission import AdmissionSpec
 from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole, RouterSpec
 from prfaas.serve.launcher import Launcher
@@ -61,8 +62,10 @@ def test_shed_answers_429_with_retry_after_and_counts_it(shedding: Launcher) -> 
 
 
 def test_admission_off_when_asked_and_policy_built_from_spec() -> None:
-    assert _deployment(AdmissionSpec(mode="off")).router.admission.policy() is None  # default: shed
-    policy = AdmissionSpec(mode="defer", ttft_slo_s=5, max_defer_s=12).policy()
+    off = _deployment(AdmissionSpec(mode="off")).router.admission
+    assert admission_policy(off, off.ttft_slo_s) is None  # default: shed
+    spec = AdmissionSpec(mode="defer", ttft_slo_s=5, max_defer_s=12)
+    policy = admission_policy(spec, spec.ttft_slo_s)
     assert policy is not None and policy.config.max_defer_s == 12
     with pytest.raises(ValueError, match="mode"):
         AdmissionSpec(mode="drop")  # type: ignore[arg-type]

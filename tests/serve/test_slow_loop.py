@@ -17,6 +17,8 @@ from prfaas.scheduler import (
     InstanceView,
     LinkView,
     PrfaasPolicy,
+    RebalanceConfig,
+    RebalancePolicy,
     Role,
     SchedulerConfig,
     SetThreshold,
@@ -37,10 +39,9 @@ def _profile(s_per_token: float, max_batch_size: int | None = None) -> LiveProfi
 
 
 def test_the_planner_over_live_profiles_lowers_t_and_wants_a_second_pd_p() -> None:
-    policy = rebalance.rebalance_policy(
-        RebalanceSpec(min_samples=8), _profile(1e-3), _profile(2e-3, 16), link_gbps=1.0
-    )
-    assert policy is not None
+    spec = RebalanceSpec(min_samples=8, step_tokens=64)
+    hardware = rebalance.live_hardware(spec, _profile(1e-3), _profile(2e-3, 16), link_gbps=1.0)
+    policy = RebalancePolicy(RebalanceConfig.of(hardware, spec))
     views = (
         InstanceView(InstanceId("prfaas-0"), ClusterId("prfaas"), Role.PRFAAS),
         InstanceView(InstanceId("pdp-0"), ClusterId("pd"), Role.PD_PREFILL),
@@ -56,9 +57,6 @@ def test_the_planner_over_live_profiles_lowers_t_and_wants_a_second_pd_p() -> No
     actions = policy.step(ClusterView(0.0, views, LinkView(1.25e8)), stats, window, 100_000)
     assert isinstance(actions[0], SetThreshold) and actions[0].threshold_tokens < 100_000
     assert actions[1] == FlipRole(InstanceId("pdd-1"), Role.PD_PREFILL, actions[1].reason)
-    assert (
-        rebalance.rebalance_policy(RebalanceSpec(enabled=False), None, _profile(1e-3), 1.0) is None
-    )
 
 
 def test_stats_are_what_the_period_observed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,8 +73,8 @@ def test_stats_are_what_the_period_observed(monkeypatch: pytest.MonkeyPatch) -> 
     registry = Registry(deployment, cast(httpx.AsyncClient, None))
     for inst in registry.instances.values():
         inst.is_healthy = True
-    config = SchedulerConfig(None, _profile(1e-3), 96, can_move_cache=False)
-    scheduler = GlobalScheduler(PrfaasPolicy(config), config)
+    config = SchedulerConfig(None, _profile(1e-3), can_move_cache=False)
+    scheduler = GlobalScheduler(PrfaasPolicy(config), config, 96)
     scheduler.ledger.dispatch(RequestId("r"), InstanceId("pdp-0"), 3.0, InstanceId("pdd-0"), 1.0)
     rt: Any = SimpleNamespace(registry=registry, scheduler=scheduler)
     slow = rebalance.SlowLoop(RebalanceSpec())

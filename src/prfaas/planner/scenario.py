@@ -179,12 +179,29 @@ class SloFile(_Strict):
 
 
 class RebalanceFile(_Strict):
+    """The slow loop's settings (`prfaas.scheduler.rebalancer`), one schema with one set of
+    defaults for the simulator (`simulation.rebalance`) and the live router (the deployment
+    file's `rebalance`, which adds its live-only fields). Each default and its reason:
+    docs/scheduler.md ("Triggers and defaults"); period and samples are the ones the damping
+    was validated with in the simulator (with a 60 s period a role flip was undone a period
+    later there, and the loop lost requests in SLO)."""
+
     period_s: float = Field(default=120.0, ge=1.0)
     min_samples: int = Field(default=200, ge=1)
+    step_tokens: int = Field(default=500, gt=0)  # the planner's threshold grid step
+    busy_utilisation: float = Field(default=0.85, gt=0, le=1)
+    idle_utilisation: float = Field(default=0.5, ge=0, le=1)
+    queue_s: float = Field(default=10.0, ge=0)
+    min_threshold_change: float = Field(default=0.05, ge=0)
+    overload_refusal_fraction: float = Field(default=0.05, gt=0, le=1)
+    refusal_dominance: float = Field(default=2.0, ge=1)
+    max_threshold_step_fraction: float = Field(default=0.25, gt=0)
+    reversal_change: float = Field(default=0.15, ge=0)
+    min_gain_fraction: float = Field(default=0.01, ge=0)
 
 
 #: The TTFT objective admission control holds a scenario to when it names none (`slo.ttft_s`):
-#: the live router's default (`serve.admission.AdmissionSpec.ttft_slo_s`).
+#: the live router's default too (`serve.admission.AdmissionSpec.ttft_slo_s`).
 DEFAULT_TTFT_SLO_S = 10.0
 
 

@@ -4,6 +4,7 @@ Short timescale: `GlobalScheduler.route` places each request through a `RoutingP
 (`PrfaasPolicy` or a baseline) and answers a `RouteDecision` (or a `Rejection`) with a reason
 code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO.
 Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
+`assemble` builds the whole from one `SchedulerSetup`, for the simulator and the router alike.
 It sees the world only through `ClusterView` and imports specs, workload, planner and kvcache,
 never sim or serve (DESIGN.md). Triggers and defaults: docs/scheduler.md.
 """
@@ -16,6 +17,13 @@ from prfaas.scheduler.admission import (
     AdmissionPolicy,
     predict_ttft_s,
 )
+from prfaas.scheduler.assembly import (
+    REQUIRED_ROLES,
+    SchedulerSetup,
+    admission_policy,
+    assemble,
+    missing_roles,
+)
 from prfaas.scheduler.bandwidth import BandwidthModeTracker, link_pressure
 from prfaas.scheduler.baselines import (
     POLICIES,
@@ -23,6 +31,7 @@ from prfaas.scheduler.baselines import (
     FixedThresholdPolicy,
     HomogeneousPdPolicy,
     NaiveHeterogeneousPolicy,
+    check_policy,
     make_policy,
 )
 from prfaas.scheduler.config import BandwidthConfig, SchedulerConfig
@@ -50,6 +59,7 @@ from prfaas.scheduler.view import ClusterView, InstanceView, LinkView, Role, Rou
 
 __all__ = [
     "POLICIES",
+    "REQUIRED_ROLES",
     "AdmissionConfig",
     "AdmissionMode",
     "AdmissionPolicy",
@@ -83,13 +93,18 @@ __all__ = [
     "RouteRequest",
     "RoutingPolicy",
     "SchedulerConfig",
+    "SchedulerSetup",
     "ServePath",
     "SetThreshold",
     "StageStats",
     "Window",
+    "admission_policy",
+    "assemble",
+    "check_policy",
     "choose_decode",
     "choose_prefill",
     "link_pressure",
     "make_policy",
+    "missing_roles",
     "predict_ttft_s",
 ]

@@ -24,11 +24,12 @@ from prfaas.scheduler.view import ClusterView, Role, RouteRequest
 class HomogeneousPdPolicy:
     name = "homogeneous"
 
-    def __init__(self, config: SchedulerConfig) -> None:
-        self.threshold_tokens = config.threshold_tokens
-
     def choose(
-        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        threshold_tokens: int,
     ) -> PathChoice:
         return PathChoice(ServePath.PD_P, Reason.HOMOGENEOUS)
 
@@ -36,11 +37,12 @@ class HomogeneousPdPolicy:
 class NaiveHeterogeneousPolicy:
     name = "naive"
 
-    def __init__(self, config: SchedulerConfig) -> None:
-        self.threshold_tokens = 0
-
     def choose(
-        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        threshold_tokens: int,
     ) -> PathChoice:
         return PathChoice(ServePath.PRFAAS, Reason.NAIVE_ALL_REMOTE)
 
@@ -48,13 +50,14 @@ class NaiveHeterogeneousPolicy:
 class FixedThresholdPolicy:
     name = "fixed"
 
-    def __init__(self, config: SchedulerConfig) -> None:
-        self.threshold_tokens = config.threshold_tokens
-
     def choose(
-        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        threshold_tokens: int,
     ) -> PathChoice:
-        if request.input_tokens > self.threshold_tokens:
+        if request.input_tokens > threshold_tokens:
             return PathChoice(ServePath.PRFAAS, Reason.FIXED_LONG, is_cache_aware=False)
         return PathChoice(ServePath.PD_P, Reason.FIXED_SHORT, is_cache_aware=False)
 
@@ -63,14 +66,17 @@ class DynamoConditionalPolicy:
     name = "dynamo"
 
     def __init__(self, config: SchedulerConfig) -> None:
-        self.threshold_tokens = config.threshold_tokens
         self.busy_s = config.dynamo_busy_s
 
     def choose(
-        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        threshold_tokens: int,
     ) -> PathChoice:
         l_pd, _ = best_hit(request, view.accepting(Role.PD_PREFILL))
-        if request.input_tokens - l_pd <= self.threshold_tokens:
+        if request.input_tokens - l_pd <= threshold_tokens:
             return PathChoice(ServePath.PD_P, Reason.DYNAMO_SHORT_LOCAL)
         queue_s = min(
             (ledger.prefill_work_s(i.instance_id) for i in view.accepting(Role.PRFAAS)),
@@ -81,18 +87,23 @@ class DynamoConditionalPolicy:
         return PathChoice(ServePath.PRFAAS, Reason.DYNAMO_REMOTE)
 
 
+#: Every routing policy by the name a scenario (`simulation.policy`) or a deployment file
+#: (`policy:`) gives it; the stateless baselines need nothing of the config.
 POLICIES: dict[str, Callable[[SchedulerConfig], RoutingPolicy]] = {
     "prfaas": PrfaasPolicy,
-    "homogeneous": HomogeneousPdPolicy,
-    "naive": NaiveHeterogeneousPolicy,
-    "fixed": FixedThresholdPolicy,
+    "homogeneous": lambda _: HomogeneousPdPolicy(),
+    "naive": lambda _: NaiveHeterogeneousPolicy(),
+    "fixed": lambda _: FixedThresholdPolicy(),
     "dynamo": DynamoConditionalPolicy,
 }
 
 
+def check_policy(name: str) -> str:
+    """`name` if it names a policy, else a ValueError listing the known names."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return name
+
+
 def make_policy(name: str, config: SchedulerConfig) -> RoutingPolicy:
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})") from None
-    return factory(config)
+    return POLICIES[check_policy(name)](config)

@@ -36,7 +36,6 @@ class BandwidthConfig:
 class SchedulerConfig:
     """Timing models to estimate work and the short-timescale triggers.
 
-    `threshold_tokens`: t (the planner's optimum at start-up; the slow loop moves it).
     `load_slack`: bounded-load factor epsilon: cache affinity may pick an instance only if it
     finishes the request within (1 + epsilon) of the earliest possible finish (pain point 6).
     `prfaas_surge_s`: PrfaaS queued work (s) above which a long request goes to PD-P if PD-P
@@ -53,7 +52,6 @@ class SchedulerConfig:
 
     prfaas_profile: PerfProfile | None
     pd_profile: PerfProfile
-    threshold_tokens: int
     bandwidth: BandwidthConfig = BandwidthConfig()
     load_slack: float = 0.25
     prfaas_surge_s: float = 10.0

@@ -33,13 +33,17 @@ from prfaas.scheduler.view import ClusterView, Role, RouteRequest
 
 
 class RoutingPolicy(Protocol):
-    """Chooses a path for each request; `threshold_tokens` is t where the policy has one."""
+    """Chooses a path for each request. t is passed in by its one owner, the scheduler (the
+    slow loop moves it), so a policy never holds a copy that could go stale."""
 
     name: str
-    threshold_tokens: int
 
     def choose(
-        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        threshold_tokens: int,
     ) -> PathChoice: ...
 
 
@@ -55,12 +59,15 @@ class PrfaasPolicy:
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
-        self.threshold_tokens = config.threshold_tokens
         self.tracker = BandwidthModeTracker(config.bandwidth)
         self.is_overflowing = False  # the burst rule's hysteresis state
 
     def choose(
-        self, request: RouteRequest, view: ClusterView, ledger: DispatchLedger
+        self,
+        request: RouteRequest,
+        view: ClusterView,
+        ledger: DispatchLedger,
+        threshold_tokens: int,
     ) -> PathChoice:
         mode = self.tracker.update(view.link)
         prfaas, pdp = view.accepting(Role.PRFAAS), view.accepting(Role.PD_PREFILL)
@@ -68,19 +75,19 @@ class PrfaasPolicy:
         l_prfaas, prfaas_index = best_hit(request, prfaas)
         move: CacheMove | None = None
         if mode is BandwidthMode.SCARCE:
-            remote = request.input_tokens - l_pd > self.threshold_tokens
+            remote = request.input_tokens - l_pd > threshold_tokens
             reason = Reason.SCARCE_LONG_TO_PRFAAS if remote else Reason.SCARCE_SHORT_AT_PD
         elif not self.config.can_move_cache:
             # Nothing can cross: PD-P restores l_pd and PrfaaS l_prfaas, never the other's. Judging
             # by max(l_prfaas, l_pd) would send a prompt cached only at PrfaaS to PD-P cold.
-            remote = request.input_tokens - l_pd > self.threshold_tokens
+            remote = request.input_tokens - l_pd > threshold_tokens
             reason = (
                 Reason.PLENTIFUL_NO_MOVE_LONG_TO_PRFAAS
                 if remote
                 else Reason.PLENTIFUL_NO_MOVE_SHORT_AT_PD
             )
         else:
-            remote = request.input_tokens - max(l_pd, l_prfaas) > self.threshold_tokens
+            remote = request.input_tokens - max(l_pd, l_prfaas) > threshold_tokens
             reason = Reason.PLENTIFUL_LONG_TO_PRFAAS if remote else Reason.PLENTIFUL_SHORT_AT_PD
             if remote and l_pd > l_prfaas and prfaas:
                 src = pdp[pd_index]

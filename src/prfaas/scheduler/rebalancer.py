@@ -42,6 +42,7 @@ import numpy as np
 from prfaas.planner.errors import PlanError
 from prfaas.planner.model import Hardware, StageModel
 from prfaas.planner.optimise import Stage, best_configuration
+from prfaas.planner.scenario import RebalanceFile
 from prfaas.scheduler.decisions import (
     FlipRole,
     RebalanceAction,
@@ -60,21 +61,28 @@ from prfaas.workload.workload import Workload
 @dataclass(frozen=True, slots=True)
 class RebalanceConfig:
     """`hardware` gives profiles, PrfaaS size and SLO; its link_gbps is replaced by the measured
-    bandwidth at each step."""
+    bandwidth at each step. No defaults here: they are the file schema's (`RebalanceFile`),
+    the one set the simulator and the live router both read (`of`)."""
 
     hardware: Hardware
-    period_s: float = 120.0
-    min_samples: int = 200
-    step_tokens: int = 500
-    busy_utilisation: float = 0.85
-    idle_utilisation: float = 0.5
-    queue_s: float = 10.0
-    min_threshold_change: float = 0.05
-    overload_refusal_fraction: float = 0.05
-    refusal_dominance: float = 2.0
-    max_threshold_step_fraction: float = 0.25
-    reversal_change: float = 0.15
-    min_gain_fraction: float = 0.01
+    period_s: float
+    min_samples: int
+    step_tokens: int
+    busy_utilisation: float
+    idle_utilisation: float
+    queue_s: float
+    min_threshold_change: float
+    overload_refusal_fraction: float
+    refusal_dominance: float
+    max_threshold_step_fraction: float
+    reversal_change: float
+    min_gain_fraction: float
+
+    @classmethod
+    def of(cls, hardware: Hardware, settings: RebalanceFile) -> RebalanceConfig:
+        """The slow loop of `hardware` with a file's settings (the schema's fields; a host's
+        own additions, such as the live router's drain timeout, are not the loop's)."""
+        return cls(hardware, **settings.model_dump(include=set(RebalanceFile.model_fields)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@
     scheduler.decode_done(request_id)             # so load is counted from dispatch to done
     actions = scheduler.rebalance(view, stats)    # long timescale, every period (if enabled)
 
-It owns the dispatch ledger (load at dispatch time), the routing policy, the optional
+It owns the threshold t (the only copy: the policy is handed it at each decision, the slow
+loop's `SetThreshold` moves it, and hosts report it by asking `threshold_tokens`), the
+dispatch ledger (load at dispatch time), the routing policy, the optional
 admission policy (judges the placed decision before it is dispatched), the optional
 rebalancer, and the record of observed uncached lengths the rebalancer re-optimises t on.
 Decisions are also appended to `decision_log` as pull-based history for reports.
@@ -40,11 +42,14 @@ class GlobalScheduler:
         self,
         policy: RoutingPolicy,
         config: SchedulerConfig,
+        threshold_tokens: int,
         rebalancer: RebalancePolicy | None = None,
         admission: AdmissionPolicy | None = None,
     ) -> None:
+        """`threshold_tokens`: t at start (the planner's optimum, or the deployment file's)."""
         self.policy = policy
         self.config = config
+        self._threshold_tokens = threshold_tokens
         self.rebalancer = rebalancer
         self.admission = admission
         self.ledger = DispatchLedger()
@@ -53,7 +58,7 @@ class GlobalScheduler:
 
     def route(self, request: RouteRequest, view: ClusterView, waited_s: float = 0.0) -> Decision:
         """Place `request`; `waited_s` is how long admission control has deferred it so far."""
-        choice = self.policy.choose(request, view, self.ledger)
+        choice = self.policy.choose(request, view, self.ledger, self._threshold_tokens)
         decision = place(request, view, self.ledger, self.config, choice)
         if isinstance(decision, Rejection):
             self.reasons[f"rejected:{decision.reason}"] += 1
@@ -82,7 +87,8 @@ class GlobalScheduler:
 
     @property
     def threshold_tokens(self) -> int:
-        return self.policy.threshold_tokens
+        """t now: where it started, as the slow loop last set it."""
+        return self._threshold_tokens
 
     def rebalance(self, view: ClusterView, stats: StageStats) -> list[RebalanceAction]:
         """Run the slow loop on what was observed since the last step; apply the new t.
@@ -94,10 +100,10 @@ class GlobalScheduler:
         if len(self._window.uncached_tokens) < self.rebalancer.config.min_samples:
             return []  # keep collecting: a window is never dropped for being too small
         window, self._window = self._window, Window()
-        actions = self.rebalancer.step(view, stats, window, self.policy.threshold_tokens)
+        actions = self.rebalancer.step(view, stats, window, self._threshold_tokens)
         for action in actions:
             if isinstance(action, SetThreshold):
-                self.policy.threshold_tokens = action.threshold_tokens
+                self._threshold_tokens = action.threshold_tokens
         return actions
 
     def _dispatch(self, decision: RouteDecision, request: RouteRequest, view: ClusterView) -> None:

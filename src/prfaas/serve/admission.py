@@ -10,7 +10,7 @@ carries out its verdicts on the HTTP path:
               rejected as `deferred-too-long`; prfaas:admission_deferrals_total counts waits
 
 Settings live in the deployment file under `router.admission` (`AdmissionSpec`); the TTFT
-objective is given there, since the router has no scenario SLO. Off by default.
+objective is given there, since the router has no scenario SLO. On (`shed`) by default.
 """
 
 from __future__ import annotations
@@ -20,13 +20,10 @@ import math
 from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from prfaas.planner.scenario import AdmissionModeName
+from prfaas.planner.scenario import DEFAULT_TTFT_SLO_S, AdmissionFile
 from prfaas.scheduler import (
-    AdmissionConfig,
-    AdmissionMode,
-    AdmissionPolicy,
     Deferral,
     Rejection,
     RouteDecision,
@@ -38,28 +35,14 @@ if TYPE_CHECKING:
     from prfaas.serve.flow import RouterRuntime
 
 
-class AdmissionSpec(BaseModel):
-    """`router.admission` in the deployment file (defaults: docs/scheduler.md)."""
+class AdmissionSpec(AdmissionFile):
+    """`router.admission` in the deployment file: the scenario files' admission schema (one set
+    of defaults, docs/scheduler.md) plus the TTFT objective, which a scenario gives in its
+    `slo` and a router has nowhere else. `scheduler.assemble` builds the policy from it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: AdmissionModeName = "shed"  # on by default; "off" (or YAML's bare off) is explicit
-    ttft_slo_s: float = Field(default=10.0, gt=0)
-    margin_fraction: float = Field(default=0.0, ge=0)
-    max_defer_s: float = Field(default=30.0, ge=0)
-
-    def policy(self) -> AdmissionPolicy | None:
-        mode = AdmissionMode(self.mode)
-        if mode is AdmissionMode.OFF:
-            return None
-        return AdmissionPolicy(
-            AdmissionConfig(
-                mode=mode,
-                ttft_slo_s=self.ttft_slo_s,
-                margin_fraction=self.margin_fraction,
-                max_defer_s=self.max_defer_s,
-            )
-        )
+    ttft_slo_s: float = Field(default=DEFAULT_TTFT_SLO_S, gt=0)
 
 
 class AdmissionRejectedError(ServeError):

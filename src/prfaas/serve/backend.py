@@ -96,6 +96,7 @@ class BackendInfo:
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
     vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
     computes_logprobs: bool = False  # its engine reports token logprobs (torch)
+    chat_runs_to_context: bool = False  # a chat without max_tokens runs to the context (vLLM)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

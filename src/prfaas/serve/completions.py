@@ -38,7 +38,6 @@ from starlette.types import Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import AdmissionRejectedError
-from prfaas.serve.config import Backend
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError, ServeError
 from prfaas.serve.flow import (
     Placed,
@@ -180,10 +179,11 @@ async def _prepare(
 
 
 def _default_max_tokens(rt: RouterRuntime, req: AnyRequest, prompt_tokens: list[int]) -> int:
-    """`max_tokens` when the request names none: 16, as vLLM's completions; a chat on a
-    vLLM deployment runs to the end of the context, as `vllm serve` alone does (elsewhere
-    16 too: an emulated context of 10^5 tokens is no default)."""
-    if isinstance(req, ChatCompletionRequest) and rt.deployment.backend is Backend.VLLM:
+    """`max_tokens` when the request names none: 16, as vLLM's completions; a chat runs to the
+    end of the context where the instances say their engine does (`/info`
+    `chat_runs_to_context`: vLLM's, as `vllm serve` alone does; elsewhere 16 too: an emulated
+    context of 10^5 tokens is no default)."""
+    if isinstance(req, ChatCompletionRequest) and rt.registry.chat_runs_to_context():
         return max(1, context_tokens(rt) - len(prompt_tokens))
     return DEFAULT_MAX_TOKENS
 

@@ -6,6 +6,7 @@ of them (`prfaas up`). Ports set to 0 are picked free at launch (single-host onl
 
     model: tiny-qwen3-next
     threshold_tokens: 96            # t: uncached prompt tokens above which prefill goes remote
+    policy: prfaas                  # or homogeneous, dynamo, fixed, naive (the simulator's)
     router: {host: 127.0.0.1, port: 8000}
     link: {rate_gbps: 1.0, rtt_ms: 20, shaping: auto}   # auto: kernel shaping when root
     instances:
@@ -34,8 +35,17 @@ from enum import StrEnum
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from prfaas.planner.scenario import RebalanceFile
+from prfaas.scheduler import check_policy
 from prfaas.serve.admission import AdmissionSpec
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
@@ -163,23 +173,19 @@ class TlsSpec(_Strict):
     server_hostname: str = Field(default="prfaas-transfer", min_length=1)
 
 
-class RebalanceSpec(_Strict):
+class RebalanceSpec(RebalanceFile):
     """The router's long-timescale loop (docs/serving.md, "Role flips and the slow loop"): every
     `period_s` it runs the scheduler's `RebalancePolicy` on what it observed (post-match
     lengths, PD-P busy time, PD-D batch occupancy, queues, the link rate), applies a new t and
-    flips PD instances between pd-prefill and pd-decode, draining them first. `enabled: false`
-    turns it off (t stays `threshold_tokens`, roles stay as written)."""
+    flips PD instances between pd-prefill and pd-decode, draining them first. The loop's own
+    settings and their defaults are the simulator's schema (`RebalanceFile`); added here what
+    only a live router needs: `enabled: false` turns it off (t stays `threshold_tokens`, roles
+    stay as written), the decode SLO the planner holds decode to (a scenario's `decode`), and
+    how long a flip may drain."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    period_s: float = Field(default=60.0, gt=0)
-    min_samples: int = Field(default=50, gt=0)
-    step_tokens: int = Field(default=64, gt=0)
-    busy_utilisation: float = Field(default=0.85, gt=0, le=1)
-    idle_utilisation: float = Field(default=0.5, ge=0, le=1)
-    queue_s: float = Field(default=10.0, ge=0)
-    min_threshold_change: float = Field(default=0.05, ge=0)
-    overload_refusal_fraction: float = Field(default=0.05, gt=0, le=1)
-    refusal_dominance: float = Field(default=2.0, ge=1)
     decode_slo_tokens_per_s: float = Field(default=20.0, gt=0)
     drain_timeout_s: float = Field(default=300.0, gt=0)
 
@@ -249,7 +255,10 @@ class Deployment(_Strict):
     served_model_name: str | None = None
     block_tokens: int = Field(default=16, gt=0, lt=2**32)  # u32 in the transfer handshake
     hash_seed: int = Field(default=0, ge=0, lt=2**64)  # u64 in the transfer handshake
-    threshold_tokens: int = Field(default=96, ge=0)
+    threshold_tokens: int = Field(default=96, ge=0)  # t at start; the scheduler owns it then
+    # The routing policy, by the simulator's names (scheduler.POLICIES); preflight refuses one
+    # whose prefill roles the instances lack (scheduler.missing_roles).
+    policy: str = "prfaas"
     secret: str | None = None
     # XXH3 check of every KV payload byte (prfaas.transfer, docs/protocol.md). Off only when
     # every instance shares trusted hardware (one host, ECC memory): TCP's checksum is then
@@ -264,6 +273,11 @@ class Deployment(_Strict):
     supervisor: SupervisorSpec = SupervisorSpec()
     vllm: VllmSpec = VllmSpec()  # backend: vllm instances (serve.backends.vllm_spec)
     instances: tuple[InstanceSpec, ...]
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, name: str) -> str:
+        return check_policy(name)
 
     @model_validator(mode="after")
     def _one_backend(self) -> Deployment:

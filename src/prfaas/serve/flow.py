@@ -5,7 +5,9 @@
         -> POST decode instance /decode     (JSON lines of tokens: serve.json_lines)
                                             -> yielded to the HTTP edge
 
-The scheduler object is the simulator's, unchanged, fed with wall time since router start.
+The scheduler object is the simulator's, unchanged, fed with wall time since router start,
+and assembled by the same function from the same schema (`scheduler.assemble`; the file's
+`policy` names its routing policy).
 It is told that this host moves cached prefixes across clusters (`can_move_cache`) when every
 instance's backend can (torch; vLLM on dense models) and `router.cache_moves` is on: a
 decision with a `CacheMove` first has the holder ship the prefix to the prefill instance
@@ -48,24 +50,18 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from prfaas.kvcache.ids import RequestId
-from prfaas.scheduler import (
-    GlobalScheduler,
-    PrfaasPolicy,
-    RouteDecision,
-    RouteRequest,
-    SchedulerConfig,
-)
+from prfaas.scheduler import GlobalScheduler, RouteDecision, RouteRequest
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import route_admitted
 from prfaas.serve.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
-from prfaas.serve.config import Deployment, InstanceRole
+from prfaas.serve.config import Deployment
 from prfaas.serve.errors import (
     BadRequestError,
     ContextLengthError,
@@ -76,9 +72,9 @@ from prfaas.serve.errors import (
     from_response,
 )
 from prfaas.serve.json_lines import split_lines
+from prfaas.serve.live_scheduler import build_scheduler
 from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.profile import LiveProfile, PrefillTiming
-from prfaas.serve.rebalance import SlowLoop, rebalance_policy
+from prfaas.serve.rebalance import SlowLoop
 from prfaas.serve.registry import LiveInstance, Registry
 from prfaas.serve.release import cancel_on
 from prfaas.serve.single_flight import SingleFlight
@@ -115,37 +111,10 @@ class RouterRuntime:
 
     @property
     def scheduler(self) -> GlobalScheduler:
-        """Built on first use, from the prefill timing the instances publish (serve.profile):
-        the PrfaaS profile from a PrfaaS instance, the PD one from a PD-P (else any PD)."""
+        """Built on first use (`live_scheduler.build_scheduler`: it needs the instances'
+        published timing)."""
         if self._scheduler is None:
-            infos = [i.info for i in self.registry.healthy() if i.info is not None]
-            if not infos:
-                raise NoCapacityError("no instance is up")
-            pd = _profile(
-                self.registry.timing((InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE))
-                or self.registry.timing((InstanceRole.PRFAAS_PREFILL,)),
-                infos[0],
-            )
-            prfaas_timing = self.registry.timing((InstanceRole.PRFAAS_PREFILL,))
-            prfaas = _profile(prfaas_timing, infos[0]) if prfaas_timing else None
-            config = SchedulerConfig(
-                prfaas_profile=prfaas,
-                pd_profile=pd,
-                threshold_tokens=self.deployment.threshold_tokens,
-                can_move_cache=self.can_move_cache,
-            )
-            decode_batch = min(
-                (s.max_batch_size for s in self.deployment.instances if not s.role.is_prefill),
-                default=None,
-            )
-            rebalancer = rebalance_policy(
-                self.deployment.rebalance,
-                prfaas,
-                replace(pd, max_batch_size=decode_batch),
-                self.deployment.link.rate_gbps,
-            )
-            admission = self.deployment.router.admission.policy()
-            self._scheduler = GlobalScheduler(PrfaasPolicy(config), config, rebalancer, admission)
+            self._scheduler = build_scheduler(self.deployment, self.registry, self.can_move_cache)
         return self._scheduler
 
     @property
@@ -158,23 +127,10 @@ class RouterRuntime:
 
     @property
     def threshold_tokens(self) -> int:
+        """t, as its owner (the scheduler) has it; the t it will start from until it is built."""
         if self._scheduler is None:
             return self.deployment.threshold_tokens
         return self._scheduler.threshold_tokens
-
-
-def _profile(timing: p.TimingBody | None, info: p.InstanceInfo) -> LiveProfile:
-    """The scheduler's profile from a published timing (linear default when none is)."""
-    if timing is None:
-        return LiveProfile(PrefillTiming.linear(info.kv_bytes_per_token, info.max_context_tokens))
-    return LiveProfile(
-        PrefillTiming(
-            timing.source,
-            tuple(timing.lengths_tokens),
-            tuple(timing.prefill_s),
-            tuple(timing.cache_bytes),
-        )
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,6 +214,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         reports_cached_prefix=isinstance(backend, CachedPrefixReporter),
         vocab_size=facts.vocab_size,
         computes_logprobs=facts.computes_logprobs,
+        chat_runs_to_context=facts.chat_runs_to_context,
     )
     config = TransferConfig(
         secret=transfer_secret(deployment),

@@ -6,6 +6,9 @@ every problem it finds, one line each, naming the field, so one run lists them a
 prints them and exits 2). What it checks:
 
 - the instances: at least one, a prefill and a decode instance among them, unique names;
+- the routing policy (router and `prfaas up`): the prefill roles it routes to are among the
+  instances (`prfaas` and `naive` need a prfaas-prefill instance, `homogeneous` a pd-prefill
+  one, `fixed` and `dynamo` both; `scheduler.REQUIRED_ROLES`);
 - ports: no two listeners of the deployment on one host and port (router `port`, every
   instance's `http_port` and `transfer_port`; a wildcard host clashes with every host), and
   every port this command will listen on free on this host now (a bind is tried);
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from prfaas.scheduler import missing_roles
 from prfaas.serve.admin_auth import MIN_TOKEN_BYTES
 from prfaas.serve.config import (
     Backend,
@@ -41,6 +45,7 @@ from prfaas.serve.config import (
     transfer_tls,
 )
 from prfaas.serve.errors import DeploymentError
+from prfaas.serve.registry import ROLES
 from prfaas.specs.presets import PRESETS, SMOLLM2_ALIASES, SMOLLM2_PACKAGE
 from prfaas.transfer.config import MIN_SECRET_BYTES, SECRET_ENV_VAR
 
@@ -81,6 +86,7 @@ def check_deployment(
         *_port_problems(deployment, scope, instance_name),
         *_secret_problems(deployment, needs_secret=not secret_generated),
         *_model_problems(deployment),
+        *(_policy_problems(deployment) if scope is not Scope.INSTANCE else ()),
     ]
     try:
         transfer_tls(deployment)
@@ -127,6 +133,19 @@ def _instance_problems(deployment: Deployment, instance_name: str | None) -> Ite
             first[spec.name] = i
     if instance_name is not None and instance_name not in first:
         yield f"--name: no instance named {instance_name!r} in the deployment"
+
+
+def _policy_problems(deployment: Deployment) -> Iterator[str]:
+    """The routing policy needs the prefill roles it routes to (scheduler.missing_roles)."""
+    if not any(spec.role.is_prefill for spec in deployment.instances):
+        return  # reported already (no prefill instance at all)
+    roles = {ROLES[spec.role] for spec in deployment.instances}
+    names = {role: name for name, role in ROLES.items()}
+    for role in missing_roles(deployment.policy, roles):
+        yield (
+            f"policy: {deployment.policy} routes prefills to {names[role].value} instances "
+            "and the deployment has none"
+        )
 
 
 def _listeners(deployment: Deployment, scope: Scope, instance_name: str | None) -> list[_Listener]:

@@ -85,6 +85,10 @@ class InstanceInfo(_Body):
     reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
     vocab_size: int | None = None  # token ids it takes are below it (None: it checks itself)
     computes_logprobs: bool = False  # its engine reports token logprobs (the torch one)
+    # A chat that names no max_tokens runs to the end of the context (the vllm one, as
+    # `vllm serve` does); else 16 tokens, as vLLM's completions. The router asks this, never
+    # the deployment file's backend.
+    chat_runs_to_context: bool = False
 
 
 class CacheEventBody(_Body):

@@ -38,14 +38,7 @@ import httpx
 
 from prfaas.kvcache.ids import InstanceId
 from prfaas.planner.model import Cluster, Hardware
-from prfaas.scheduler import (
-    FlipRole,
-    RebalanceConfig,
-    RebalancePolicy,
-    Role,
-    SetThreshold,
-    StageStats,
-)
+from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
 from prfaas.serve import protocol as p
 from prfaas.serve.config import InstanceRole, RebalanceSpec
 from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
@@ -63,32 +56,17 @@ TO_INSTANCE_ROLE = {
 MAX_HISTORY = 100
 
 
-def rebalance_policy(
+def live_hardware(
     spec: RebalanceSpec, prfaas: LiveProfile | None, pd: LiveProfile, link_gbps: float
-) -> RebalancePolicy | None:
-    """The scheduler's slow loop over the live profiles (None when the deployment disables it).
-    Instance counts and the link rate are replaced by the live ones at every step."""
-    if not spec.enabled:
-        return None
-    hardware = Hardware(
+) -> Hardware:
+    """What the slow loop plans with, from the live profiles (`scheduler.assemble` builds the
+    loop). Instance counts and the link rate are replaced by the live ones at every step."""
+    return Hardware(
         prfaas=Cluster(prfaas or pd, 0),
         pd=Cluster(pd, 0),
         link_gbps=link_gbps,
         decode_slo_tokens_per_s=spec.decode_slo_tokens_per_s,
     )
-    config = RebalanceConfig(
-        hardware,
-        period_s=spec.period_s,
-        min_samples=spec.min_samples,
-        step_tokens=spec.step_tokens,
-        busy_utilisation=spec.busy_utilisation,
-        idle_utilisation=spec.idle_utilisation,
-        queue_s=spec.queue_s,
-        min_threshold_change=spec.min_threshold_change,
-        overload_refusal_fraction=spec.overload_refusal_fraction,
-        refusal_dominance=spec.refusal_dominance,
-    )
-    return RebalancePolicy(config)
 
 
 @dataclass(slots=True)

@@ -308,6 +308,12 @@ class Registry:
         infos = [i.info for i in self.healthy() if i.info is not None]
         return bool(infos) and all(info.computes_logprobs for info in infos)
 
+    def chat_runs_to_context(self) -> bool:
+        """Whether the instances' engines run a chat without max_tokens to the end of the
+        context (`InstanceInfo.chat_runs_to_context`: the vllm backend's, as `vllm serve`)."""
+        infos = [i.info for i in self.healthy() if i.info is not None]
+        return bool(infos) and all(info.chat_runs_to_context for info in infos)
+
     def max_context_tokens(self) -> int | None:
         """The served model's context, as every instance that registered reported it (it is
         the model's, so an instance down now still tells it); None until one has: an unknown

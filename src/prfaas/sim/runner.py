@@ -25,21 +25,16 @@ from prfaas.kvcache.values import CacheRequest
 from prfaas.metrics.records import GapRuns, RequestRecord
 from prfaas.planner.scenario import DEFAULT_TTFT_SLO_S
 from prfaas.scheduler import (
-    AdmissionConfig,
-    AdmissionMode,
-    AdmissionPolicy,
     Deferral,
     FlipRole,
-    GlobalScheduler,
     LinkView,
     RebalanceAction,
-    RebalanceConfig,
-    RebalancePolicy,
     Rejection,
     RouteRequest,
     SchedulerConfig,
+    SchedulerSetup,
     ServePath,
-    make_policy,
+    assemble,
 )
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.cluster import (
@@ -88,20 +83,16 @@ class SimResult:
     paths: dict[str, str] = field(default_factory=dict)
 
 
-def admission_policy(config: RunConfig) -> AdmissionPolicy | None:
-    """The scenario's admission control (None when off: the scheduler admits everything)."""
-    body = config.simulation.admission
-    mode = AdmissionMode(body.mode)
-    if mode is AdmissionMode.OFF:
-        return None
-    ttft_slo_s = config.simulation.slo.ttft_s or DEFAULT_TTFT_SLO_S
-    return AdmissionPolicy(
-        AdmissionConfig(
-            mode=mode,
-            ttft_slo_s=ttft_slo_s,
-            margin_fraction=body.margin_fraction,
-            max_defer_s=body.max_defer_s,
-        )
+def scheduler_setup(config: RunConfig) -> SchedulerSetup:
+    """The scenario's scheduler settings, as `scheduler.assemble` takes them (the live router
+    reads the same schema from its deployment file)."""
+    sim = config.simulation
+    return SchedulerSetup(
+        policy=config.policy,
+        threshold_tokens=config.deployment.threshold_tokens,
+        admission=sim.admission,
+        ttft_slo_s=sim.slo.ttft_s or DEFAULT_TTFT_SLO_S,
+        rebalance=sim.rebalance,
     )
 
 
@@ -110,7 +101,7 @@ class Simulator:
         self.config = config
         self.requests = requests
         self.loop = EventLoop()
-        sim, hw = config.simulation, config.hardware
+        hw = config.hardware
         self.prfaas_profile = MemoProfile(hw.prfaas.profile)
         self.pd_profile = MemoProfile(hw.pd.profile)
         capacity = hw.link_gbps * GBPS
@@ -121,19 +112,8 @@ class Simulator:
         sched_config = SchedulerConfig(
             prfaas_profile=self.prfaas_profile if config.deployment.n_prfaas else None,
             pd_profile=self.pd_profile,
-            threshold_tokens=config.deployment.threshold_tokens,
         )
-        rebalancer = None
-        if sim.rebalance is not None and config.policy == "prfaas":  # the slow loop is PrfaaS's
-            rebalancer = RebalancePolicy(
-                RebalanceConfig(hw, sim.rebalance.period_s, sim.rebalance.min_samples)
-            )
-        self.scheduler = GlobalScheduler(
-            make_policy(config.policy, sched_config),
-            sched_config,
-            rebalancer,
-            admission_policy(config),
-        )
+        self.scheduler = assemble(scheduler_setup(config), sched_config, hw)
         self.index: GlobalKVCacheIndex | None = None
         cache_config = self._cache_config()
         self.hash_scheme = cache_config.hash_scheme if cache_config is not None else None

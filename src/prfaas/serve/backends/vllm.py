@@ -172,6 +172,7 @@ class VllmBackend:
             cache=CacheIdentity(scheme, HASH_ALGORITHM, kinds),
             peer=self._peer_identity(),
             computes_logprobs=True,  # vLLM's own (raw logits), the first from the prefill
+            chat_runs_to_context=True,  # as `vllm serve` alone defaults a chat's max_tokens
         )
         self.num_waiting = 0
         self.num_running = 0

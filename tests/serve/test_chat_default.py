@@ -1,0 +1,35 @@
+"""The router knows what an engine does with a chat that names no max_tokens from `/info` only
+(`chat_runs_to_context`), never from the deployment file's `backend` (issue 25, point 5)."""
+
+from __future__ import annotations
+
+import httpx
+from serve_helpers import fake_info
+
+from prfaas.serve import completions
+from prfaas.serve.config import Backend, default_deployment
+from prfaas.serve.flow import RouterRuntime
+from prfaas.serve.metrics import RouterMetrics
+from prfaas.serve.openai_api import ChatCompletionRequest
+from prfaas.serve.registry import Registry
+
+
+def _runtime(chat_runs_to_context: bool) -> RouterRuntime:
+    """A torch deployment file whose instances say what their engine does in `/info`."""
+    deployment = default_deployment()
+    assert deployment.backend is Backend.TORCH
+    client = httpx.AsyncClient()
+    registry = Registry(deployment, client)
+    for inst in registry.instances.values():
+        info = fake_info(inst.name, inst.role.value)
+        inst.info = info.model_copy(update={"chat_runs_to_context": chat_runs_to_context})
+        inst.is_healthy = True
+    return RouterRuntime(deployment, registry, RouterMetrics(), client)
+
+
+def test_a_chats_default_max_tokens_follows_info_not_the_file() -> None:
+    chat = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+    prompt = [1] * 96
+    to_context = completions._default_max_tokens(_runtime(True), chat, prompt)
+    assert to_context == 4096 - 96  # fake_info's context
+    assert completions._default_max_tokens(_runtime(False), chat, prompt) == 16
