@@ -25,12 +25,10 @@ from prfaas.kvcache import (
     CacheRequest,
     ClusterId,
     GlobalKVCacheIndex,
-    GroupKind,
     HybridPrefixCache,
     InstanceId,
     NumpyPageStorage,
     OutOfPages,
-    PrefixMatch,
     RequestId,
     SnapshotPolicy,
 )
@@ -70,16 +68,6 @@ def oracle_hit(cache: HybridPrefixCache, request: CacheRequest) -> int:
         if attention and all(held(g.index, hashes[k - 1]) for g in layout.state_groups):
             best = k
     return best
-
-
-def lower_positions(cache: HybridPrefixCache, match: PrefixMatch) -> int:
-    """Hit positions with a unit to promote: an attention block there, or the snapshot at the
-    boundary (which counts for the hit's last position)."""
-    positions = set()
-    for promotion in match.promotions:
-        kind = cache.layout.groups[promotion.group_index].kind
-        positions.add(promotion.position - (kind is GroupKind.STATE))
-    return len(positions)
 
 
 class TieredPoolMachine(RuleBasedStateMachine):
@@ -147,7 +135,7 @@ class TieredPoolMachine(RuleBasedStateMachine):
         assert match.hit_blocks == oracle_hit(self.cache, request)
         index_match = self.index.match(request.block_hashes, request.max_hit_blocks)
         assert index_match.per_instance[NAME] == match.hit_blocks
-        assert index_match.lower_blocks.get(NAME, 0) == lower_positions(self.cache, match)
+        assert index_match.lower_blocks.get(NAME, 0) == len({p.hit_block for p in match.promotions})
         allocation = self.cache.allocate(request, match)
         self.index.apply(self.cache.take_events())
         if isinstance(allocation, OutOfPages):

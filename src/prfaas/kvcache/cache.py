@@ -18,6 +18,7 @@ either way (`TierCounters`), which is what the simulator charges load time for.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from prfaas.kvcache.block_pool import BlockPool
@@ -153,6 +154,15 @@ class HybridPrefixCache:
 
     def match(self, request: CacheRequest) -> PrefixMatch:
         return self._coordinator.match(request)
+
+    def dram_match(self, request: CacheRequest) -> PrefixMatch:
+        """The longest hit restorable from DRAM alone (no promotion): for readers of pool pages
+        that do not allocate, such as a prefix export. Side-effect free."""
+        match = self._coordinator.match(request)
+        while match.promotions:
+            cap = min(p.hit_block for p in match.promotions)
+            match = self._coordinator.match(dataclasses.replace(request, max_hit_blocks=cap))
+        return match
 
     def plan(self, request: CacheRequest, match: PrefixMatch | None = None) -> AllocationPlan:
         return self._coordinator.plan(request, self._fresh(request, match))

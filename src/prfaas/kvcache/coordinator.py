@@ -117,7 +117,9 @@ class CacheCoordinator:
             if snapshot is None:
                 group = state.group
                 promotions.append(
-                    Promotion(group.index, hit, hashes[hit - 1], group.pages_per_unit)
+                    Promotion(
+                        group.index, hit, hashes[hit - 1], group.pages_per_unit, is_snapshot=True
+                    )
                 )
             else:
                 snapshot_ids.append(snapshot)

@@ -76,6 +76,13 @@ class Promotion:
     position: int
     block_hash: BlockHash
     num_pages: int
+    is_snapshot: bool = False
+
+    @property
+    def hit_block(self) -> int:
+        """The hit's block this unit belongs to (a snapshot: the block ending at its boundary);
+        a hit capped below it needs no promotion of this unit."""
+        return self.position - 1 if self.is_snapshot else self.position
 
 
 @dataclass(frozen=True, slots=True)

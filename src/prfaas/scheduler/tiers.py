@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from prfaas.kvcache.layout import GroupKind, PageLayout
+from prfaas.kvcache.layout import PageLayout
 from prfaas.kvcache.tiers import Medium, TierSpec
-from prfaas.kvcache.values import CacheRequest, PrefixMatch, Promotion
+from prfaas.kvcache.values import CacheRequest, PrefixMatch
 from prfaas.planner.scenario import SimulationFile
 from prfaas.specs.perf import PerfProfile
 
@@ -64,10 +64,10 @@ def valued_hit_tokens(
     return low
 
 
-def lower_positions(layout: PageLayout, match: PrefixMatch) -> int:
+def lower_positions(match: PrefixMatch) -> int:
     """Hit blocks of `match` with a unit below DRAM (an attention block at that position, or
     the snapshot at the hit's boundary): what `IndexMatch.lower_blocks` says for the pool."""
-    return len({_position(layout, p) for p in match.promotions})
+    return len({p.hit_block for p in match.promotions})
 
 
 def capped_request(
@@ -82,17 +82,11 @@ def capped_request(
     if not match.promotions:
         return request
     load_s = tier.read_s(match.num_promoted_pages * layout.page_bytes)
-    lower_tokens = lower_positions(layout, match) * layout.block_tokens
+    lower_tokens = lower_positions(match) * layout.block_tokens
     value = valued_hit_tokens(profile, request.num_tokens, match.hit_tokens, lower_tokens, load_s)
     if value > match.hit_tokens - lower_tokens:
         return request
-    first_lower = min(_position(layout, p) for p in match.promotions)
+    first_lower = min(p.hit_block for p in match.promotions)
     if request.max_hit_blocks is not None:
         first_lower = min(first_lower, request.max_hit_blocks)
     return dataclasses.replace(request, max_hit_blocks=first_lower)
-
-
-def _position(layout: PageLayout, promotion: Promotion) -> int:
-    """The hit block a promoted unit belongs to (a snapshot: the block ending at its boundary)."""
-    is_state = layout.groups[promotion.group_index].kind is GroupKind.STATE
-    return promotion.position - int(is_state)
