@@ -10,7 +10,8 @@ import pytest
 from engine_helpers import SMALL, SYSTEM, preset, prompt_ids
 
 from prfaas.engine import Engine, LoadedModel, SamplingParams
-from prfaas.engine.disk_tier import DiskTierConfig
+from prfaas.engine.disk_tier import DiskTierConfig, FileTierStorage
+from prfaas.kvcache import BlockHash, CacheMisuseError
 
 GREEDY = SamplingParams(max_tokens=6)
 
@@ -61,3 +62,18 @@ def test_an_evicted_prefix_is_served_from_disk_with_the_same_tokens(
     (cold,) = restarted.generate([prompt], GREEDY)
     assert cold.num_cached_tokens == 0
     assert list(cold.token_ids) == list(first.token_ids)
+
+
+def test_the_disk_tier_clears_only_its_own_files_at_start(tmp_path: Path) -> None:
+    kept = tmp_path / "notes.txt"
+    kept.write_text("not ours")
+    first = FileTierStorage(tmp_path)
+    key = (0, BlockHash(0xABC))
+    first.put(key, b"unit bytes")
+    assert first.get(key) == b"unit bytes"
+    assert first.path_of(key).name == "g0-0000000000000abc.unit"
+    (tmp_path / "g1-0000000000000001.tmp").write_bytes(b"torn")  # a crash mid-write
+    FileTierStorage(tmp_path)  # a restart
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    with pytest.raises(CacheMisuseError):
+        first.get(key)
