@@ -3,6 +3,7 @@ models moves the prediction the way it moves the simulator (queueing, pool size)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prfaas.kvcache.cache import CacheConfig
+from prfaas.kvcache.tiers import Medium, TierSpec
 from prfaas.planner.scenario import AdmissionFile, DeploymentFile, load_scenario, read_scenario_file
 from prfaas.scheduler.hit_model import PoolDeployment, pool_replay
 from prfaas.sim.api import simulate_body, with_trace
@@ -167,3 +169,16 @@ def test_no_request_hits_more_than_the_ideal_replay(
     assert pooled.hit_fraction <= ideal.hit_fraction + 512 * len(trace) / sum(
         r.input_tokens for r in trace
     )
+
+
+def test_a_disk_tier_below_small_pools_raises_the_predicted_hits() -> None:
+    """The same pools with a disk tier below them keep what DRAM evicts: more hits, never
+    fewer, and exactly the DRAM-only prediction when the disk tier holds nothing."""
+    trace = conversations()
+    small = deployment(1, gib=8)
+    dram_only = pool_replay(trace, small, time_scale=100.0).hit_fraction
+    disk = TierSpec(Medium.DISK, 64 * 2**30, 2 * 2**30, 2**30)
+    tiered = replace(small, cache=replace(small.cache, lower_tier=disk))
+    assert pool_replay(trace, tiered, time_scale=100.0).hit_fraction > dram_only
+    empty = replace(small, cache=replace(small.cache, lower_tier=replace(disk, capacity_bytes=0)))
+    assert pool_replay(trace, empty, time_scale=100.0).hit_fraction == dram_only

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from prfaas.engine.disk_tier import DiskTierConfig
 from prfaas.kvcache import SnapshotPolicy
 
 #: Pool size when neither pages nor bytes are given.
@@ -29,7 +30,8 @@ class EngineConfig:
     `block_tokens` is the pool's unit of prefix identity (B). `chunk_tokens` bounds one
     prefill forward pass; chunks also stop at every snapshot boundary, because a state can be
     copied only where the prefill stands. `max_batch_size` caps the decode batch; requests past
-    it, or past the pool's free pages, wait (admission control).
+    it, or past the pool's free pages, wait (admission control). `disk_tier` keeps what the
+    pool evicts in files on local disk and loads it back on a hit (`engine.disk_tier`).
     """
 
     block_tokens: int = 16
@@ -40,6 +42,7 @@ class EngineConfig:
     snapshot_policy: SnapshotPolicy = field(default_factory=SnapshotPolicy.junction)
     instance_id: str = "engine-0"
     hash_seed: int = 0
+    disk_tier: DiskTierConfig | None = None
 
     def __post_init__(self) -> None:
         if self.block_tokens < 1 or self.chunk_tokens < 1 or self.max_batch_size < 1:

@@ -9,6 +9,8 @@ own cache object; this class keeps the pool in step with it:
               when the prefill stands exactly on a snapshot boundary, and at the end of the
               prefill the partial tail block and the live state
     import    exported records -> cache object -> pool (decode side of disaggregation)
+    disk      with `EngineConfig.disk_tier`, units the pool evicts are kept as files and a hit
+              loads them back into its pages inside `allocate`, before `restore` reads them
 
 Prompt hashing: only blocks that end before the last prompt token get an identity
 (`hash_tokens(prompt[:-1])`). The engine needs the last token's logits, so a hit can never
@@ -33,6 +35,7 @@ from prfaas.engine.cache_io import (
 )
 from prfaas.engine.cache_layout import CacheLayout, GroupCodec
 from prfaas.engine.config import EngineConfig
+from prfaas.engine.disk_tier import FileTierStorage
 from prfaas.engine.storage import TorchPageStorage
 from prfaas.kvcache import (
     Allocation,
@@ -59,9 +62,13 @@ class PagedCache:
             capacity_bytes=config.pool_capacity_bytes,
             snapshot_policy=config.snapshot_policy,
             seed=config.hash_seed,
+            lower_tier=config.disk_tier.tier_spec() if config.disk_tier else None,
         )
         self.storage = TorchPageStorage(self.config.num_pages, self.config.layout.page_bytes)
-        self.pool = HybridPrefixCache(self.config, InstanceId(config.instance_id), self.storage)
+        disk = FileTierStorage(config.disk_tier.directory) if config.disk_tier else None
+        self.pool = HybridPrefixCache(
+            self.config, InstanceId(config.instance_id), self.storage, disk
+        )
 
     @property
     def block_tokens(self) -> int:

@@ -65,7 +65,7 @@ def export_prefix(
     if max_tokens is not None:
         cap = min(probe.max_hit_blocks or 0, max_tokens // block)
         probe = CacheRequest(probe.request_id, probe.block_hashes, probe.num_tokens, cap)
-    match = paged.pool.match(probe)
+    match = paged.pool.dram_match(probe)  # what the pages hold now; a disk tier is not read
     k = match.hit_blocks
     if k == 0:
         return None

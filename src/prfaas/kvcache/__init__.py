@@ -18,6 +18,9 @@ without the matching state. A request's lifecycle:
     cache.complete_transfer(t.transfer_id)        # the receiver acked: tail + state freed
     index.apply(cache.take_events())              # BlockStored / BlockRemoved
 
+With a lower tier (`CacheConfig.lower_tier`, module `tiers`) eviction demotes to disk and a
+hit promotes back; events carry the medium and the index knows each unit's tier.
+
 Running out of pages is a normal return value (`OutOfPages`); misuse raises a `KVCacheError`
 (the tree is drawn in `kvcache.errors`).
 
@@ -27,7 +30,7 @@ Design notes, the page alignment rule and measured costs: docs/kvcache.md.
 from __future__ import annotations
 
 from prfaas.kvcache.block_pool import BlockPool, NewBlock
-from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache
+from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache, TierCounters
 from prfaas.kvcache.errors import (
     BlockStateError,
     CacheConfigError,
@@ -66,6 +69,14 @@ from prfaas.kvcache.layout import GroupKind, GroupSpec, PageLayout
 from prfaas.kvcache.policy import SnapshotPolicy
 from prfaas.kvcache.replay import ReplayStats, replay_sequential
 from prfaas.kvcache.storage import NumpyPageStorage, PageStorage
+from prfaas.kvcache.tiers import (
+    LowerTier,
+    Medium,
+    MemoryTierStorage,
+    TierMove,
+    TierSpec,
+    TierStorage,
+)
 from prfaas.kvcache.values import (
     Allocation,
     AllocationPlan,
@@ -76,6 +87,7 @@ from prfaas.kvcache.values import (
     OutOfPages,
     PoolStats,
     PrefixMatch,
+    Promotion,
     StateBlocks,
     TransferManifest,
 )
@@ -114,6 +126,9 @@ __all__ = [
     "InstanceId",
     "InvalidRequestError",
     "KVCacheError",
+    "LowerTier",
+    "Medium",
+    "MemoryTierStorage",
     "NewBlock",
     "NumpyPageStorage",
     "OutOfPages",
@@ -122,12 +137,17 @@ __all__ = [
     "PageStorage",
     "PoolStats",
     "PrefixMatch",
+    "Promotion",
     "RefcountUnderflowError",
     "ReplayStats",
     "RequestId",
     "SnapshotPolicy",
     "StateBlocks",
     "StorageUnavailableError",
+    "TierCounters",
+    "TierMove",
+    "TierSpec",
+    "TierStorage",
     "TransferId",
     "TransferManifest",
     "UnknownBlockError",

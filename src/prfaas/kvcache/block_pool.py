@@ -16,6 +16,11 @@ as its ref_count reaches 0.
 Fresh pages are handed out in id order before recycled ones, and freed pages join the back of
 the queue: the same order as one FIFO free queue (vLLM's), so block and page ids in tests are
 exact. The pool keeps no clock: LRU order is the order of releases.
+
+With a `LowerTier` (module `tiers`), eviction demotes instead of killing: the victim leaves
+DRAM (`BlockRemoved`) and enters the tier (`BlockStored` with its medium), and `acquire` can
+promote units back into fresh pages. Each move of bytes is recorded as a `TierMove` command,
+in the order the pages changed hands, for the owner to carry out (`take_moves`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from prfaas.kvcache.errors import (
 )
 from prfaas.kvcache.events import BlockRemoved, BlockStored, CacheEvent
 from prfaas.kvcache.ids import BlockHash, BlockId, InstanceId, PageId
-from prfaas.kvcache.values import BlockInfo, BlockKind
+from prfaas.kvcache.tiers import Demoted, Dropped, LowerTier, Medium, Promoted, TierMove, UnitKey
+from prfaas.kvcache.values import BlockInfo, BlockKind, Promotion
 
 
 @dataclass(slots=True)
@@ -56,7 +62,13 @@ class NewBlock:
 
 
 class BlockPool:
-    def __init__(self, num_pages: int, num_groups: int, instance_id: InstanceId) -> None:
+    def __init__(
+        self,
+        num_pages: int,
+        num_groups: int,
+        instance_id: InstanceId,
+        lower: LowerTier | None = None,
+    ) -> None:
         if num_pages < 1:
             raise CacheConfigError(f"a pool needs at least one page, got {num_pages}")
         self._num_pages = num_pages
@@ -73,6 +85,8 @@ class BlockPool:
         self._cached: tuple[dict[BlockHash, BlockId], ...] = tuple({} for _ in range(num_groups))
         self._events: list[CacheEvent] = []
         self._epoch = 0
+        self._lower = lower
+        self._moves: list[TierMove] = []
 
     # --- queries (no side effects) -----------------------------------------------------
 
@@ -90,8 +104,17 @@ class BlockPool:
 
     @property
     def epoch(self) -> int:
-        """Number of evictions so far: a match computed at an older epoch may be stale."""
+        """Evictions and lower-tier changes so far: a match computed at an older epoch may be
+        stale."""
         return self._epoch
+
+    @property
+    def lower(self) -> LowerTier | None:
+        """The tier evictions demote to (None: evicted blocks die); read-only for callers."""
+        return self._lower
+
+    def lower_holds(self, group_index: int, block_hash: BlockHash) -> bool:
+        return self._lower is not None and self._lower.holds((group_index, block_hash))
 
     @property
     def num_live_blocks(self) -> int:
@@ -136,17 +159,27 @@ class BlockPool:
 
     # --- mutations -----------------------------------------------------------------------
 
-    def acquire(self, touching: Sequence[BlockId], new: Sequence[NewBlock]) -> list[BlockId] | None:
-        """Atomically take a reference on `touching` and create `new` blocks (ref_count 1),
-        evicting LRU blocks if free pages run short. None, with nothing changed, when even
-        evicting every unreferenced cached block would not make room."""
-        needed = sum(spec.num_pages for spec in new)
+    def acquire(
+        self,
+        touching: Sequence[BlockId],
+        new: Sequence[NewBlock],
+        promote: Sequence[Promotion] = (),
+    ) -> list[BlockId] | None:
+        """Atomically take a reference on `touching`, create `new` blocks (ref_count 1) and
+        move `promote` units up from the lower tier into cached blocks (ref_count 1), evicting
+        LRU blocks if free pages run short. Returns the new ids, then the promoted ones. None,
+        with nothing changed, when even evicting every unreferenced cached block would not
+        make room."""
+        needed = sum(spec.num_pages for spec in new) + sum(p.num_pages for p in promote)
         if needed > self.available_pages(touching):
             return None
+        for promotion in promote:  # out of the tier first: demotions must not drop them
+            self._take_lower((promotion.group_index, promotion.block_hash))
         for block_id in touching:
             self.touch(block_id)
         self._make_room(needed)
-        return [self._create(spec) for spec in new]
+        created = [self._create(spec) for spec in new]
+        return created + [self._promote(p) for p in promote]
 
     def touch(self, block_id: BlockId) -> None:
         """Take one more reference; an unreferenced cached block leaves the LRU."""
@@ -184,6 +217,10 @@ class BlockPool:
         cached = self._cached[block.group_index]
         if block_hash in cached:
             return False
+        key = (block.group_index, block_hash)
+        if self._lower is not None and self._lower.holds(key):  # computed afresh: one copy
+            self._take_lower(key)
+            self._moves.append(Dropped(key))
         cached[block_hash] = block_id
         block.block_hash = block_hash
         self._events.append(BlockStored(self._instance_id, block.group_index, block_hash))
@@ -192,6 +229,11 @@ class BlockPool:
     def take_events(self) -> list[CacheEvent]:
         events, self._events = self._events, []
         return events
+
+    def take_moves(self) -> list[TierMove]:
+        """The byte moves since the last call, in the order they must be carried out."""
+        moves, self._moves = self._moves, []
+        return moves
 
     # --- internals -----------------------------------------------------------------------
 
@@ -243,7 +285,42 @@ class BlockPool:
                 BlockRemoved(self._instance_id, block.group_index, block.block_hash)
             )
             self._epoch += 1
+            self._demote((block.group_index, block.block_hash), block.pages)
             self._free(block_id, block)
+
+    def _demote(self, key: UnitKey, pages: tuple[PageId, ...]) -> None:
+        """Move an evicted unit to the lower tier when it fits there (dropping its oldest)."""
+        if self._lower is None:
+            return
+        dropped = self._lower.admit(key, len(pages))
+        if dropped is None:
+            return
+        medium = self._lower.spec.medium
+        for victim in dropped:
+            self._events.append(BlockRemoved(self._instance_id, victim[0], victim[1], medium))
+            self._moves.append(Dropped(victim))
+        self._events.append(BlockStored(self._instance_id, key[0], key[1], medium))
+        self._moves.append(Demoted(key, pages))
+
+    def _take_lower(self, key: UnitKey) -> None:
+        assert self._lower is not None
+        self._lower.take(key)
+        self._epoch += 1
+        self._events.append(
+            BlockRemoved(self._instance_id, key[0], key[1], self._lower.spec.medium)
+        )
+
+    def _promote(self, promotion: Promotion) -> BlockId:
+        """A cached block (ref_count 1) in fresh pages for a unit taken out of the lower tier."""
+        spec = NewBlock(promotion.group_index, promotion.num_pages, BlockKind.PREFIX)
+        block_id = self._create(spec)
+        block = self._blocks[block_id]
+        block.block_hash = promotion.block_hash
+        self._cached[promotion.group_index][promotion.block_hash] = block_id
+        key = (promotion.group_index, promotion.block_hash)
+        self._events.append(BlockStored(self._instance_id, key[0], key[1], Medium.DRAM))
+        self._moves.append(Promoted(key, block.pages))
+        return block_id
 
     def _free(self, block_id: BlockId, block: _Block) -> None:
         del self._blocks[block_id]

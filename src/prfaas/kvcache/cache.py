@@ -9,10 +9,16 @@
 One object per serving instance. Everything is synchronous and time-free, so the simulator
 and the live instance run this same code; the owner drains `take_events()` and ships the events
 to the router's `GlobalKVCacheIndex`.
+
+With `CacheConfig.lower_tier` set, evictions demote to that tier and hits promote from it
+(module `tiers`). The facade carries out the pool's byte moves after each call that can make
+them (`allocate`, `commit`) when it has both page and tier storage, and counts the bytes moved
+either way (`TierCounters`), which is what the simulator charges load time for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from prfaas.kvcache.block_pool import BlockPool
@@ -24,6 +30,7 @@ from prfaas.kvcache.ids import BlockId, InstanceId, PageId, RequestId, TransferI
 from prfaas.kvcache.layout import PageLayout
 from prfaas.kvcache.policy import SnapshotPolicy
 from prfaas.kvcache.storage import PageStorage
+from prfaas.kvcache.tiers import Demoted, LowerTier, Promoted, TierMove, TierSpec, TierStorage
 from prfaas.kvcache.values import (
     Allocation,
     AllocationPlan,
@@ -50,6 +57,7 @@ class CacheConfig:
     num_pages: int
     hash_scheme: HashScheme
     snapshot_policy: SnapshotPolicy = field(default_factory=SnapshotPolicy.junction)
+    lower_tier: TierSpec | None = None  # None: evicted blocks die (one DRAM tier)
 
     def __post_init__(self) -> None:
         if self.num_pages < 1:
@@ -70,8 +78,10 @@ class CacheConfig:
         capacity_bytes: int | None = None,
         snapshot_policy: SnapshotPolicy | None = None,
         seed: int = 0,
+        lower_tier: TierSpec | None = None,
     ) -> CacheConfig:
-        """A pool of `num_pages` pages, or of as many whole pages as fit in `capacity_bytes`."""
+        """A pool of `num_pages` pages, or of as many whole pages as fit in `capacity_bytes`,
+        with `lower_tier` below it if given."""
         if (num_pages is None) == (capacity_bytes is None):
             raise CacheConfigError("give exactly one of num_pages and capacity_bytes")
         layout = PageLayout.from_model(spec, block_tokens)
@@ -80,7 +90,7 @@ class CacheConfig:
             num_pages = capacity_bytes // layout.page_bytes
         scheme = HashScheme(block_tokens, model_fingerprint(spec), seed)
         policy = snapshot_policy if snapshot_policy is not None else SnapshotPolicy.junction()
-        return cls(layout, num_pages, scheme, policy)
+        return cls(layout, num_pages, scheme, policy, lower_tier)
 
     @property
     def capacity_bytes(self) -> int:
@@ -91,11 +101,24 @@ class CacheConfig:
         return CacheIdentity(self.hash_scheme, HASH_ALGORITHM, self.layout.group_kinds)
 
 
+@dataclass(slots=True)
+class TierCounters:
+    """Bytes moved between DRAM and the lower tier so far (whole pages, as the pool moves
+    them): what a load from the tier costs is `promoted_bytes / read_bytes_per_s`."""
+
+    demoted_bytes: int = 0
+    promoted_bytes: int = 0
+
+
 class HybridPrefixCache:
     """One instance's pool. See the package docstring for the request lifecycle."""
 
     def __init__(
-        self, config: CacheConfig, instance_id: InstanceId, storage: PageStorage | None = None
+        self,
+        config: CacheConfig,
+        instance_id: InstanceId,
+        storage: PageStorage | None = None,
+        tier_storage: TierStorage | None = None,
     ) -> None:
         if storage is not None and (
             storage.num_pages < config.num_pages or storage.page_bytes != config.layout.page_bytes
@@ -106,9 +129,16 @@ class HybridPrefixCache:
             )
         self.config = config
         self.instance_id = instance_id
+        if (tier_storage is not None) != (storage is not None and config.lower_tier is not None):
+            raise CacheConfigError("tier storage goes with page storage and a lower tier")
         self._storage = storage
+        self._tier_storage = tier_storage
+        self.tier_counters = TierCounters()
         num_groups = len(config.layout.groups)
-        self._pool = BlockPool(config.num_pages, num_groups, instance_id)
+        lower = None
+        if config.lower_tier is not None:
+            lower = LowerTier(config.lower_tier, config.layout.page_bytes)
+        self._pool = BlockPool(config.num_pages, num_groups, instance_id, lower)
         self._coordinator = CacheCoordinator(config.layout, self._pool, config.snapshot_policy)
 
     @property
@@ -125,6 +155,15 @@ class HybridPrefixCache:
     def match(self, request: CacheRequest) -> PrefixMatch:
         return self._coordinator.match(request)
 
+    def dram_match(self, request: CacheRequest) -> PrefixMatch:
+        """The longest hit restorable from DRAM alone (no promotion): for readers of pool pages
+        that do not allocate, such as a prefix export. Side-effect free."""
+        match = self._coordinator.match(request)
+        while match.promotions:
+            cap = min(p.hit_block for p in match.promotions)
+            match = self._coordinator.match(dataclasses.replace(request, max_hit_blocks=cap))
+        return match
+
     def plan(self, request: CacheRequest, match: PrefixMatch | None = None) -> AllocationPlan:
         return self._coordinator.plan(request, self._fresh(request, match))
 
@@ -135,11 +174,16 @@ class HybridPrefixCache:
         self, request: CacheRequest, match: PrefixMatch | None = None
     ) -> Allocation | OutOfPages:
         """Reference the matched prefix and allocate the rest, evicting LRU blocks if needed.
-        `OutOfPages` (nothing changed) when even a full eviction would not make room."""
-        return self._coordinator.allocate(request, match)
+        `OutOfPages` (nothing changed) when even a full eviction would not make room.
+        Units of the hit held in the lower tier are loaded back into their new pages."""
+        allocation = self._coordinator.allocate(request, match)
+        self._carry_out(self._pool.take_moves())
+        return allocation
 
     def commit(self, request_id: RequestId, num_blocks: int | None = None) -> int:
-        return self._coordinator.commit(request_id, num_blocks)
+        stored = self._coordinator.commit(request_id, num_blocks)
+        self._carry_out(self._pool.take_moves())
+        return stored
 
     def release(self, request_id: RequestId) -> None:
         self._coordinator.release(request_id)
@@ -183,6 +227,7 @@ class HybridPrefixCache:
             num_live_blocks=pool.num_live_blocks,
             num_requests=self._coordinator.num_requests,
             num_transfers=self._coordinator.num_transfers,
+            num_lower_pages=pool.lower.used_pages if pool.lower is not None else 0,
         )
 
     # --- block contents ------------------------------------------------------------------
@@ -205,6 +250,26 @@ class HybridPrefixCache:
     def copy_block(self, source: BlockId, target: BlockId) -> None:
         """Copy a unit within one group: restore a snapshot into the live state, or take one."""
         self._require_storage().copy(self.pages_of(source), self.pages_of(target))
+
+    def _carry_out(self, moves: list[TierMove]) -> None:
+        """Move the bytes the pool's bookkeeping moved, in order: a demoted unit's pages are
+        read before a promotion in the same call may overwrite them."""
+        page_bytes = self.config.layout.page_bytes
+        for move in moves:
+            if isinstance(move, Demoted):
+                self.tier_counters.demoted_bytes += len(move.pages) * page_bytes
+            elif isinstance(move, Promoted):
+                self.tier_counters.promoted_bytes += len(move.pages) * page_bytes
+            if self._storage is None or self._tier_storage is None:
+                continue
+            unit_bytes = self.layout.groups[move.key[0]].unit_bytes
+            if isinstance(move, Demoted):
+                self._tier_storage.put(move.key, self._storage.read(move.pages, unit_bytes))
+            elif isinstance(move, Promoted):
+                self._storage.write(move.pages, self._tier_storage.get(move.key))
+                self._tier_storage.delete(move.key)
+            else:
+                self._tier_storage.delete(move.key)
 
     def _require_storage(self) -> PageStorage:
         if self._storage is None:

@@ -46,6 +46,7 @@ from prfaas.kvcache.values import (
     CacheRequest,
     OutOfPages,
     PrefixMatch,
+    Promotion,
     StateBlocks,
     TransferManifest,
 )
@@ -88,22 +89,50 @@ class CacheCoordinator:
     # --- queries -------------------------------------------------------------------------
 
     def match(self, request: CacheRequest) -> PrefixMatch:
-        """Longest prefix every group can restore; no side effects."""
+        """Longest prefix every group can restore from some tier; no side effects.
+
+        Units of the hit held below DRAM become `promotions`. Past the hit, only attention
+        blocks in DRAM are shared (the request recomputes those tokens to rebuild its state,
+        so a block held lower is computed afresh rather than loaded)."""
         hashes = self._validate(request)
         limit = len(hashes)
-        tables: list[list[BlockId]] = []
+        tables: list[list[BlockId | None]] = []
         for manager in self._attention:
             tables.append(manager.cached_prefix(hashes, limit))
             limit = len(tables[-1])
         cap = limit if request.max_hit_blocks is None else min(limit, request.max_hit_blocks)
-        hit, snapshot_ids = self._deepest_restorable(hashes, cap)
+        hit = self._deepest_restorable(hashes, cap)
+        reach = hit
+        while reach < limit and all(table[reach] is not None for table in tables):
+            reach += 1
+        promotions = [
+            Promotion(m.group.index, position, hashes[position], m.group.pages_per_unit)
+            for m, table in zip(self._attention, tables, strict=True)
+            for position in range(hit)
+            if table[position] is None
+        ]
+        snapshot_ids: list[BlockId] = []
+        for state in self._state if hit else ():
+            snapshot = state.snapshot_at(hashes[hit - 1])
+            if snapshot is None:
+                group = state.group
+                promotions.append(
+                    Promotion(
+                        group.index, hit, hashes[hit - 1], group.pages_per_unit, is_snapshot=True
+                    )
+                )
+            else:
+                snapshot_ids.append(snapshot)
         return PrefixMatch(
             hit_blocks=hit,
             hit_tokens=min(hit * self._block_tokens, request.num_tokens),
-            attention_blocks=limit,
+            attention_blocks=reach,
             epoch=self._pool.epoch,
-            attention_block_ids=tuple(tuple(table[:limit]) for table in tables),
-            snapshot_ids=snapshot_ids,
+            attention_block_ids=tuple(
+                tuple(b for b in table[:reach] if b is not None) for table in tables
+            ),
+            snapshot_ids=tuple(snapshot_ids),
+            promotions=tuple(promotions),
         )
 
     def plan(self, request: CacheRequest, match: PrefixMatch) -> AllocationPlan:
@@ -121,6 +150,7 @@ class CacheCoordinator:
             )
         pages = sum(m.pages_for(num_new + num_tail) for m in self._attention)
         pages += sum(m.pages_for(len(boundaries)) for m in self._state)
+        pages += match.num_promoted_pages
         available = self._pool.available_pages(_touching(match))
         return AllocationPlan(num_new, num_tail, boundaries, pages, available)
 
@@ -145,7 +175,7 @@ class CacheCoordinator:
             new += attention.new_blocks(plan.num_new_blocks, plan.num_tail_blocks)
         for state in self._state:
             new += state.new_blocks(len(plan.snapshot_boundaries))
-        block_ids = self._pool.acquire(_touching(match), new)
+        block_ids = self._pool.acquire(_touching(match), new, match.promotions)
         if block_ids is None:
             return OutOfPages(request.request_id, plan.num_pages, plan.num_available_pages)
         held = self._record(request, match, plan, block_ids)
@@ -231,46 +261,49 @@ class CacheCoordinator:
             raise UnknownRequestError(f"request {request_id} holds no blocks")
         return held
 
-    def _deepest_restorable(
-        self, hashes: tuple[BlockHash, ...], cap: int
-    ) -> tuple[int, tuple[BlockId, ...]]:
-        """Deepest boundary <= cap with a snapshot in every state group (0 always qualifies:
-        the empty prefix needs no state)."""
+    def _deepest_restorable(self, hashes: tuple[BlockHash, ...], cap: int) -> int:
+        """Deepest boundary <= cap with a snapshot in every state group, in any tier (0 always
+        qualifies: the empty prefix needs no state)."""
         if not self._state:
-            return cap, ()
+            return cap
         for boundary in range(cap, 0, -1):
-            found: list[BlockId] = []
-            for state in self._state:
-                snapshot = state.snapshot_at(hashes[boundary - 1])
-                if snapshot is None:
-                    break
-                found.append(snapshot)
-            else:
-                return boundary, tuple(found)
-        return 0, ()
+            if all(state.has_snapshot(hashes[boundary - 1]) for state in self._state):
+                return boundary
+        return 0
 
     def _record(
         self,
         request: CacheRequest,
         match: PrefixMatch,
         plan: AllocationPlan,
-        new_ids: list[BlockId],
+        acquired: list[BlockId],
     ) -> _Held:
-        """Sort freshly acquired ids (in `new_blocks` order) into the request's tables."""
+        """Sort freshly acquired ids (in `new_blocks` order, then the promoted units) into the
+        request's tables."""
         num_new = plan.num_new_blocks + plan.num_tail_blocks
+        num_created = len(acquired) - len(match.promotions)
+        new_ids, promoted = acquired[:num_created], acquired[num_created:]
+        by_unit = {
+            (p.group_index, p.position): b for p, b in zip(match.promotions, promoted, strict=True)
+        }
         tables: list[list[BlockId]] = []
         cursor = 0
-        for hits in match.attention_block_ids:
+        for manager, dram_ids in zip(self._attention, match.attention_block_ids, strict=True):
+            in_dram = iter(dram_ids)
+            index = manager.group.index
+            hits = [_pick(by_unit.get((index, k)), in_dram) for k in range(match.attention_blocks)]
             tables.append([*hits, *new_ids[cursor : cursor + num_new]])
             cursor += num_new
         live: list[BlockId] = []
         snapshots: list[dict[int, BlockId]] = []
-        for i in range(len(self._state)):
+        restored = iter(match.snapshot_ids)
+        for state in self._state:
             live.append(new_ids[cursor])
             by_boundary = dict(zip(plan.snapshot_boundaries, new_ids[cursor + 1 :], strict=False))
             cursor += 1 + len(plan.snapshot_boundaries)
             if match.hit_blocks:
-                by_boundary[match.hit_blocks] = match.snapshot_ids[i]
+                unit = by_unit.get((state.group.index, match.hit_blocks))
+                by_boundary[match.hit_blocks] = _pick(unit, restored)
             snapshots.append(by_boundary)
         return _Held(
             request,
@@ -292,12 +325,14 @@ class CacheCoordinator:
             StateBlocks(
                 m.group.index,
                 held.live[i],
-                match.snapshot_ids[i] if match.hit_blocks else None,
+                held.snapshots[i][match.hit_blocks] if match.hit_blocks else None,
                 tuple((b, held.snapshots[i][b]) for b in held.boundaries),
             )
             for i, m in enumerate(self._state)
         )
-        return Allocation(held.request.request_id, match, attention, state, num_pages)
+        return Allocation(
+            held.request.request_id, match, attention, state, num_pages, match.num_promoted_pages
+        )
 
     def _deepest_first(
         self, held: _Held, first_block: int, with_snapshots: bool
@@ -316,6 +351,11 @@ class CacheCoordinator:
                         yield snapshot
             for table in held.tables:
                 yield table[boundary - 1]
+
+
+def _pick(promoted: BlockId | None, in_dram: Iterator[BlockId]) -> BlockId:
+    """The promoted block of a unit if it was promoted, else the next DRAM-resident one."""
+    return promoted if promoted is not None else next(in_dram)
 
 
 def _touching(match: PrefixMatch) -> list[BlockId]:

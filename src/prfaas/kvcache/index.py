@@ -14,7 +14,12 @@ Per cluster it answers two numbers: the best single instance (no intra-cluster m
 pooled hit, where each group's blocks and the boundary snapshot may come from any instance of
 the cluster (the cluster's pool spans its machines' DRAM and SSD, paper section 3).
 
-Layout: per group, hash -> set of holding instances. A query walks the prompt once, shrinking
+Tiers: every event names its medium, and the index keeps, per (instance, group, hash), the one
+tier holding it. A unit held in any tier counts for the hit (the pool promotes what lies below
+DRAM), and `IndexMatch.lower_blocks` says how many of an instance's hit blocks lie below DRAM in
+some group, which is what the scheduler prices as a load (`scheduler.tiers`).
+
+Layout: per group, hash -> {holding instance: medium}. A query walks the prompt once, shrinking
 the set of instances (and clusters) still holding every block so far, so its cost is
 O(blocks x holders) with set operations in C, independent of how much else is cached.
 
@@ -26,13 +31,14 @@ Instances register with their `CacheIdentity`; one that hashes blocks differentl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prfaas.kvcache.errors import EventStreamError, IncompatibleCacheError, UnknownInstanceError
 from prfaas.kvcache.events import BlockStored, CacheEvent
 from prfaas.kvcache.hashing import CacheIdentity
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.kvcache.layout import GroupKind
+from prfaas.kvcache.tiers import Medium
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,9 @@ class IndexMatch:
 
     per_instance: Mapping[InstanceId, int]
     per_cluster: Mapping[ClusterId, ClusterMatch]
+    #: Of each instance's hit blocks, how many it holds below DRAM (an attention block of the
+    #: position in some group, or the boundary snapshot); absent: all in DRAM.
+    lower_blocks: Mapping[InstanceId, int] = field(default_factory=dict)
 
 
 class GlobalKVCacheIndex:
@@ -57,9 +66,11 @@ class GlobalKVCacheIndex:
         kinds = identity.group_kinds
         self._attention = [g for g, kind in enumerate(kinds) if kind is GroupKind.ATTENTION]
         self._state = [g for g, kind in enumerate(kinds) if kind is GroupKind.STATE]
-        self._holders: tuple[dict[BlockHash, set[InstanceId]], ...] = tuple({} for _ in kinds)
+        self._holders: tuple[dict[BlockHash, dict[InstanceId, Medium]], ...] = tuple(
+            {} for _ in kinds
+        )
         self._cluster_of: dict[InstanceId, ClusterId] = {}
-        self._held: dict[InstanceId, set[tuple[int, BlockHash]]] = {}
+        self._held: dict[InstanceId, dict[tuple[int, BlockHash], Medium]] = {}
 
     # --- membership ----------------------------------------------------------------------
 
@@ -75,7 +86,7 @@ class GlobalKVCacheIndex:
         if instance_id in self._cluster_of:
             self.remove_instance(instance_id)
         self._cluster_of[instance_id] = cluster_id
-        self._held[instance_id] = set()
+        self._held[instance_id] = {}
 
     def remove_instance(self, instance_id: InstanceId) -> None:
         held = self._held_by(instance_id)
@@ -91,6 +102,12 @@ class GlobalKVCacheIndex:
     def num_entries(self, instance_id: InstanceId) -> int:
         return len(self._held_by(instance_id))
 
+    def medium_of(
+        self, instance_id: InstanceId, group_index: int, block_hash: BlockHash
+    ) -> Medium | None:
+        """The tier in which the instance holds the unit (None: it does not)."""
+        return self._held_by(instance_id).get((group_index, block_hash))
+
     # --- events ----------------------------------------------------------------------------
 
     def apply(self, events: Iterable[CacheEvent]) -> None:
@@ -103,14 +120,13 @@ class GlobalKVCacheIndex:
             if isinstance(event, BlockStored):
                 if key in held:
                     raise EventStreamError(f"{event}: stored twice without a removal")
-                held.add(key)
-                self._holders[event.group_index].setdefault(event.block_hash, set()).add(
-                    event.instance_id
-                )
+                held[key] = event.medium
+                holders = self._holders[event.group_index].setdefault(event.block_hash, {})
+                holders[event.instance_id] = event.medium
             else:
-                if key not in held:
-                    raise EventStreamError(f"{event}: removal of a block never stored")
-                held.remove(key)
+                if held.get(key) is not event.medium:
+                    raise EventStreamError(f"{event}: removal of a block not stored there")
+                del held[key]
                 self._drop(event.group_index, event.block_hash, event.instance_id)
 
     # --- queries ---------------------------------------------------------------------------
@@ -121,26 +137,40 @@ class GlobalKVCacheIndex:
         """Longest restorable prefix of `block_hashes` on every instance and every cluster."""
         per_instance = dict.fromkeys(self._cluster_of, 0)
         pooled = dict.fromkeys(self._cluster_of.values(), 0)
+        lower_so_far: dict[InstanceId, int] = {}  # positions below DRAM, attention only
+        lower_blocks: dict[InstanceId, int] = {}
         limit = len(block_hashes) if max_hit_blocks is None else max_hit_blocks
         alive = set(self._cluster_of)
         alive_clusters = set(pooled)
         for position, block_hash in enumerate(block_hashes[:limit]):
+            below: set[InstanceId] = set()
             for group in self._attention:
                 holders = self._holders[group].get(block_hash, _EMPTY)
-                alive &= holders
+                alive &= holders.keys()
                 alive_clusters &= {self._cluster_of[i] for i in holders}
+                below |= _below_dram(holders)
             if not alive and not alive_clusters:
                 break
+            for instance_id in below & alive:
+                lower_so_far[instance_id] = lower_so_far.get(instance_id, 0) + 1
             snapshot_instances, snapshot_clusters = alive, alive_clusters
+            snapshot_below: set[InstanceId] = set()
             for group in self._state:
                 holders = self._holders[group].get(block_hash, _EMPTY)
-                snapshot_instances = snapshot_instances & holders
+                snapshot_instances = snapshot_instances & holders.keys()
                 snapshot_clusters = snapshot_clusters & {self._cluster_of[i] for i in holders}
+                snapshot_below |= _below_dram(holders)
             for instance_id in snapshot_instances:
                 per_instance[instance_id] = position + 1
+                boundary_below = instance_id in snapshot_below and instance_id not in below
+                lower = lower_so_far.get(instance_id, 0) + boundary_below
+                if lower:
+                    lower_blocks[instance_id] = lower
+                else:
+                    lower_blocks.pop(instance_id, None)
             for cluster_id in snapshot_clusters:
                 pooled[cluster_id] = position + 1
-        return IndexMatch(per_instance, self._per_cluster(per_instance, pooled))
+        return IndexMatch(per_instance, self._per_cluster(per_instance, pooled), lower_blocks)
 
     def match_instance(
         self,
@@ -154,7 +184,7 @@ class GlobalKVCacheIndex:
 
     # --- internals -------------------------------------------------------------------------
 
-    def _held_by(self, instance_id: InstanceId) -> set[tuple[int, BlockHash]]:
+    def _held_by(self, instance_id: InstanceId) -> dict[tuple[int, BlockHash], Medium]:
         held = self._held.get(instance_id)
         if held is None:
             raise UnknownInstanceError(f"instance {instance_id} is not registered")
@@ -162,7 +192,7 @@ class GlobalKVCacheIndex:
 
     def _drop(self, group: int, block_hash: BlockHash, instance_id: InstanceId) -> None:
         holders = self._holders[group][block_hash]
-        holders.discard(instance_id)
+        del holders[instance_id]
         if not holders:
             del self._holders[group][block_hash]
 
@@ -177,4 +207,8 @@ class GlobalKVCacheIndex:
         return {c: ClusterMatch(c, pooled[c], best[c][0], best[c][1]) for c in sorted(pooled)}
 
 
-_EMPTY: frozenset[InstanceId] = frozenset()
+def _below_dram(holders: Mapping[InstanceId, Medium]) -> set[InstanceId]:
+    return {i for i, medium in holders.items() if medium is not Medium.DRAM}
+
+
+_EMPTY: Mapping[InstanceId, Medium] = {}

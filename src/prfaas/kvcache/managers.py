@@ -24,13 +24,14 @@ class AttentionGroupManager:
         self.group = group
         self._pool = pool
 
-    def cached_prefix(self, block_hashes: Sequence[BlockHash], limit: int) -> list[BlockId]:
-        """Blocks of the longest cached prefix of `block_hashes[:limit]`."""
+    def cached_prefix(self, block_hashes: Sequence[BlockHash], limit: int) -> list[BlockId | None]:
+        """Blocks of the longest prefix of `block_hashes[:limit]` cached in some tier: the DRAM
+        block, or None where the lower tier holds it (a unit to promote)."""
         cached = self._pool.cached_blocks(self.group.index)
-        found: list[BlockId] = []
+        found: list[BlockId | None] = []
         for block_hash in block_hashes[:limit]:
             block_id = cached.get(block_hash)
-            if block_id is None:
+            if block_id is None and not self._pool.lower_holds(self.group.index, block_hash):
                 break
             found.append(block_id)
         return found
@@ -61,8 +62,14 @@ class StateGroupManager:
         self._pool = pool
 
     def snapshot_at(self, block_hash: BlockHash) -> BlockId | None:
-        """The snapshot taken exactly at the boundary named by `block_hash`, if cached."""
+        """The snapshot taken exactly at the boundary named by `block_hash`, if in DRAM."""
         return self._pool.cached_blocks(self.group.index).get(block_hash)
+
+    def has_snapshot(self, block_hash: BlockHash) -> bool:
+        """Whether some tier holds the snapshot at the boundary named by `block_hash`."""
+        return self.snapshot_at(block_hash) is not None or self._pool.lower_holds(
+            self.group.index, block_hash
+        )
 
     def new_blocks(self, num_snapshots: int) -> list[NewBlock]:
         """The live state (private, shipped on transfer), then one block per snapshot."""

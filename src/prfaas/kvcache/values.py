@@ -68,6 +68,24 @@ class CacheRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Promotion:
+    """One unit of a hit held below DRAM: `allocate` moves it into `num_pages` fresh pages.
+    `position` is the attention block's index, or the snapshot's boundary for a state group."""
+
+    group_index: int
+    position: int
+    block_hash: BlockHash
+    num_pages: int
+    is_snapshot: bool = False
+
+    @property
+    def hit_block(self) -> int:
+        """The hit's block this unit belongs to (a snapshot: the block ending at its boundary);
+        a hit capped below it needs no promotion of this unit."""
+        return self.position - 1 if self.is_snapshot else self.position
+
+
+@dataclass(frozen=True, slots=True)
 class PrefixMatch:
     """The longest prefix every group can restore (attention blocks *and* a snapshot at exactly
     `hit_blocks` in every state group). Never a hit without the state
@@ -76,6 +94,10 @@ class PrefixMatch:
     `attention_blocks` >= `hit_blocks` is how far the attention KV alone reaches: the junction
     where this prompt leaves what is cached. `attention_block_ids` holds, per attention group,
     those `attention_blocks` cached blocks. `epoch` lets `allocate` detect a stale match.
+
+    With a lower tier, units of the match held there are listed in `promotions` instead: the
+    block ids above then name only the DRAM-resident units (in position order), and
+    `allocate` promotes the rest before the engine sees the allocation.
     """
 
     hit_blocks: int
@@ -84,6 +106,11 @@ class PrefixMatch:
     epoch: int
     attention_block_ids: tuple[tuple[BlockId, ...], ...]
     snapshot_ids: tuple[BlockId, ...]
+    promotions: tuple[Promotion, ...] = ()
+
+    @property
+    def num_promoted_pages(self) -> int:
+        return sum(p.num_pages for p in self.promotions)
 
     @property
     def is_hit(self) -> bool:
@@ -144,7 +171,8 @@ class Allocation:
     match: PrefixMatch
     attention: tuple[AttentionBlocks, ...]
     state: tuple[StateBlocks, ...]
-    num_new_pages: int
+    num_new_pages: int  # promoted pages included
+    num_promoted_pages: int = 0  # pages loaded back from a lower tier for this hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +198,7 @@ class PoolStats:
     num_live_blocks: int
     num_requests: int
     num_transfers: int
+    num_lower_pages: int = 0  # pages' worth of units held in the lower tier
 
     @property
     def num_used_pages(self) -> int:

@@ -247,6 +247,10 @@ class SimulationFile(_Strict):
     prefill_max_batch_requests: int = Field(default=1, ge=1)
     decode_kv_gib: float | None = Field(default=None, gt=0)  # None: the memory model
     prefix_cache_gib: float = Field(default=0.0, ge=0)
+    #: A disk tier below each instance's prefix pool (0: none; docs/kvcache.md, "Tiers").
+    prefix_cache_disk_gib: float = Field(default=0.0, ge=0)
+    disk_read_gib_per_s: float = Field(default=2.0, gt=0)
+    disk_write_gib_per_s: float = Field(default=1.0, gt=0)
     rdma_gbps: float = Field(default=800.0, gt=0)
     sample_period_s: float = Field(default=10.0, ge=0.1)
 

@@ -22,6 +22,10 @@ every earlier prompt's blocks available at once. A deployment sees less:
    published when it ends, so a conversation turn arriving while its previous turn still
    waits is placed without knowing of it, as in the simulator near saturation.
 
+5. *Tiers*: with a disk tier below the pools (`CacheConfig.lower_tier`), evicted blocks are
+   demoted and hits promote them back at the tier's read rate, valued and capped as the
+   simulator does (`scheduler.tiers`): the load time is added to the prefill it precedes.
+
 No decode, link delays or surge gates: the model targets the saturation point, where they do
 not move what the prefill pools hold (past saturation the simulator's gates reroute and the
 two part). The result is per-request uncached lengths, and the length each request's path was
@@ -39,11 +43,12 @@ from dataclasses import dataclass, field
 from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache
 from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
 from prfaas.kvcache.index import GlobalKVCacheIndex
-from prfaas.kvcache.values import CacheRequest, OutOfPages
+from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages
 from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.plan import plan
 from prfaas.scheduler.load import DispatchLedger, choose_prefill
+from prfaas.scheduler.tiers import capped_request, valued_hit_tokens
 from prfaas.scheduler.view import InstanceView, Role
 from prfaas.specs.perf import PerfProfile
 from prfaas.workload.prefix import PrefixReplay
@@ -139,15 +144,31 @@ class _Replay:
         """Begin the head job of an instance: its hit is taken now (`PrefillFacet._begin`)."""
         inst = self.instances[position]
         job = inst.queue[0]
-        allocation = inst.pool.allocate(job.cache_request)
-        hit = job.moved_tokens
+        allocation = self.allocate(inst, job.cache_request)
+        hit, load_s = job.moved_tokens, 0.0
         if not isinstance(allocation, OutOfPages):
             job.has_entry = True
             hit = max(hit, allocation.match.hit_tokens)
+            load_s = self.load_s(allocation.num_promoted_pages)
         hit = min(hit, job.request.input_tokens - 1)
         self.cached[job.seq] = hit
-        end_s = now_s + inst.profile.prefill_s(job.request.input_tokens - hit)
+        end_s = now_s + inst.profile.prefill_s(job.request.input_tokens - hit) + load_s
         heapq.heappush(self.ends, (end_s, job.seq, position))
+
+    def allocate(self, inst: _Instance, request: CacheRequest) -> Allocation | OutOfPages:
+        """As the simulator's instance: a disk part not worth its load is not promoted."""
+        tier = self.deployment.cache.lower_tier
+        match = inst.pool.match(request)
+        if tier is None or not match.promotions:
+            return inst.pool.allocate(request, match)
+        layout = self.deployment.cache.layout
+        return inst.pool.allocate(capped_request(request, match, layout, tier, inst.profile))
+
+    def load_s(self, num_promoted_pages: int) -> float:
+        tier = self.deployment.cache.lower_tier
+        if tier is None:
+            return 0.0
+        return tier.read_s(num_promoted_pages * self.deployment.cache.layout.page_bytes)
 
     def finish_until(self, now_s: float) -> None:
         """Every prefill ending by `now_s`: commit, publish, release the ledger, start the next."""
@@ -165,12 +186,19 @@ class _Replay:
 
     def hits(self, request: TraceRequest, cache_request: CacheRequest) -> dict[InstanceId, int]:
         """What the router sees: the index's restorable prefix per instance (committed only)."""
-        match = self.index.match(cache_request.block_hashes).per_instance
+        match = self.index.match(cache_request.block_hashes)
         block, cap = self.block_tokens, request.input_tokens  # as the simulator's `_hits`
-        return {
-            i.view.instance_id: min(match.get(i.view.instance_id, 0) * block, cap)
-            for i in self.instances
-        }
+        tier = self.deployment.cache.lower_tier
+        hits = {}
+        for inst in self.instances:
+            instance_id = inst.view.instance_id
+            hit = min(match.per_instance.get(instance_id, 0) * block, cap)
+            lower = min(match.lower_blocks.get(instance_id, 0) * block, hit)
+            if lower and tier is not None:
+                load_s = tier.read_s(int(inst.profile.cache_bytes(lower)))
+                hit = valued_hit_tokens(inst.profile, cap, hit, lower, load_s)
+            hits[instance_id] = hit
+        return hits
 
     def arrive(self, seq: int, request: TraceRequest, now_s: float) -> int:
         """Route and dispatch one request; returns the uncached length its path was judged by."""

@@ -8,7 +8,8 @@ Three modes, one per source of the uncached lengths the planner plans on:
     synthetic    no trace: the scenario's length distributions (the paper's case study)
     pool-aware   a trace replayed through the deployment's own per-instance pools
                  (`hit_model.pool_aware_plan`, `simulation.prefix_cache_gib` each; 0: no pool,
-                 no hits, as the simulator has none); the default for a trace
+                 no hits, as the simulator has none), with the disk tier below each pool
+                 that `simulation.prefix_cache_disk_gib` configures; the default for a trace
     ideal        a trace replayed through one pooled LRU cache of `cache_capacity_blocks`
                  (`workload.prefix`): an upper bound on hits, opted into explicitly
 
@@ -29,6 +30,7 @@ from prfaas.kvcache.cache import CacheConfig
 from prfaas.planner.plan import DEPLOYMENTS, PlanReport, plan
 from prfaas.planner.scenario import Scenario, ScenarioFile
 from prfaas.scheduler.hit_model import PoolAwarePoint, pool_aware_plan
+from prfaas.scheduler.tiers import lower_tier_of
 from prfaas.workload.trace import read_mooncake_trace
 from prfaas.workload.workload import Workload
 
@@ -74,6 +76,7 @@ def plan_scenario(
         hardware.pd.profile.model,
         block_tokens=trace.block_tokens,
         capacity_bytes=int(pool_gib * 2**30),
+        lower_tier=lower_tier_of(body.simulation),
     )
     points = tuple(pool_aware_plan(requests, hardware, cache, step))
     ideal = plan(hardware, scenario.workload, step)

@@ -218,6 +218,16 @@ class SupervisorSpec(_Strict):
     start_timeout_s: float = Field(default=300.0, gt=0)  # every instance healthy at start
 
 
+class DiskTierSpec(_Strict):
+    """A torch instance's disk tier below its DRAM pool (docs/kvcache.md, "Tiers"): demoted
+    pages as files in `directory` (cleared when the instance starts), at most `capacity_mib`."""
+
+    directory: str = Field(min_length=1)
+    capacity_mib: int = Field(gt=0)
+    read_mib_per_s: float = Field(default=2048.0, gt=0)  # what routing charges for a load
+    write_mib_per_s: float = Field(default=1024.0, gt=0)
+
+
 class InstanceSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     role: InstanceRole
@@ -230,9 +240,12 @@ class InstanceSpec(_Strict):
     backend: Backend = Backend.TORCH
     chip: str | None = None  # emulated only: the catalog chip whose PerfProfile times it
     gpus_per_instance: int = Field(default=8, gt=0)
+    disk_tier: DiskTierSpec | None = None  # torch only
 
     @model_validator(mode="after")
     def _chip_fits_backend(self) -> InstanceSpec:
+        if self.disk_tier is not None and self.backend is not Backend.TORCH:
+            raise ValueError("disk_tier is for torch instances only (backend: torch)")
         if self.backend is not Backend.EMULATED:
             if self.chip is not None:
                 raise ValueError("chip is for emulated instances only (backend: emulated)")

@@ -43,6 +43,7 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
                 stored=type(e.event).__name__ == "BlockStored",
                 group=e.event.group_index,
                 block_hash=e.event.block_hash,
+                medium=e.event.medium,
             )
             for e in events
         ],

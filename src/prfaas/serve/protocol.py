@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prfaas.kvcache import CacheIdentity, HashScheme
+from prfaas.kvcache import CacheIdentity, HashScheme, Medium
 from prfaas.kvcache.layout import GroupKind
 
 
@@ -96,6 +96,7 @@ class CacheEventBody(_Body):
     stored: bool
     group: int
     block_hash: int
+    medium: Medium = Medium.DRAM  # the tier the unit entered or left (docs/kvcache.md)
 
 
 class LinkBody(_Body):

@@ -159,7 +159,7 @@ class Registry:
         instance_id = InstanceId(inst.name)
         events: list[CacheEvent] = [
             (BlockStored if e.stored else BlockRemoved)(
-                instance_id, e.group, BlockHash(e.block_hash)
+                instance_id, e.group, BlockHash(e.block_hash), e.medium
             )
             for e in state.events
             if e.seq >= inst.next_seq

@@ -20,6 +20,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from prfaas.engine import (
@@ -35,6 +36,7 @@ from prfaas.engine import (
     TokenEvent,
     load_model,
 )
+from prfaas.engine.disk_tier import DiskTierConfig
 from prfaas.engine.sampling import TokenLogprob
 from prfaas.engine.tokenizer import Tokenizer
 from prfaas.kvcache import GroupKind
@@ -49,7 +51,7 @@ from prfaas.serve.backend import (
     SeqEvent,
     Token,
 )
-from prfaas.serve.config import Deployment, InstanceSpec
+from prfaas.serve.config import Deployment, DiskTierSpec, InstanceSpec
 from prfaas.transfer import identity_for
 
 MAX_EVENT_LOG = 200_000
@@ -372,6 +374,18 @@ def _threadsafe(
     return sink
 
 
+def disk_tier_config(spec: DiskTierSpec | None) -> DiskTierConfig | None:
+    """The engine's disk tier from the deployment file's instance entry (None: DRAM only)."""
+    if spec is None:
+        return None
+    return DiskTierConfig(
+        Path(spec.directory),
+        spec.capacity_mib * 2**20,
+        spec.read_mib_per_s * 2**20,
+        spec.write_mib_per_s * 2**20,
+    )
+
+
 class TorchBackend(EngineWorker):
     """The `torch` `InstanceBackend`: the deployment's model on an `Engine` thread."""
 
@@ -385,6 +399,7 @@ class TorchBackend(EngineWorker):
                 max_batch_size=spec.max_batch_size,
                 instance_id=spec.name,
                 hash_seed=deployment.hash_seed,
+                disk_tier=disk_tier_config(spec.disk_tier),
             ),
         )
         super().__init__(engine)

@@ -8,7 +8,10 @@ the profile's curve, T(done + k) - T(done) (its first piece T(k)), so a request 
 exactly T_prefill(uncached); a step pays the fixed cost T(1) once however many requests start
 in it. With the default of one request per step a request is one event. When a request starts,
 the pool allocates its blocks (hit = the longest prefix every group restores); when it ends,
-they are committed and pinned for transfer until the KV is delivered.
+they are committed and pinned for transfer until the KV is delivered. With a disk tier below
+the pool, the units of the hit promoted from disk are read at the tier's read rate before the
+first piece (`load_s`), and a hit whose load would cost more than its recompute is capped to
+its DRAM part (`scheduler.tiers`); demotions are written behind, off the request's path.
 
 Decode: the batch changes only at step boundaries. Between changes every member gains one token
 per step of T_decode(batch, mean context); the facet schedules one event at the next leave (or
@@ -26,8 +29,9 @@ from typing import Protocol
 from prfaas.kvcache.cache import HybridPrefixCache
 from prfaas.kvcache.hashing import HashScheme
 from prfaas.kvcache.ids import TransferId
-from prfaas.kvcache.values import CacheRequest, OutOfPages
+from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages
 from prfaas.scheduler.decisions import RouteDecision
+from prfaas.scheduler.tiers import capped_request
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.core import EventLoop, EventPriority
 from prfaas.sim.link import Flow
@@ -46,6 +50,7 @@ class PrefillJob:
     flow: Flow | None = None
     start_s: float = 0.0
     cache_request: CacheRequest | None = None  # hashed once at arrival (None: no pool lookup)
+    load_s: float = 0.0  # reading the hit's lower-tier units back before the first piece
 
 
 class PrefillHost(Protocol):
@@ -92,20 +97,36 @@ class PrefillFacet:
         request = job.request
         hit = 0
         if self.pool is not None and job.cache_request is not None:
-            allocation = self.pool.allocate(job.cache_request)
+            allocation = self._allocate(self.pool, job.cache_request)
             if not isinstance(allocation, OutOfPages):
                 job.has_pool_entry = True
                 hit = allocation.match.hit_tokens
+                job.load_s = self._load_s(self.pool, allocation.num_promoted_pages)
         moved = job.decision.cache_move.tokens if job.decision.cache_move else 0
         job.hit_tokens = min(max(hit, moved), request.input_tokens - 1)
         job.uncached_tokens = request.input_tokens - job.hit_tokens
         job.start_s = self.loop.now_s
-        self.host.prefill_started(job, self.profile.prefill_s(job.uncached_tokens))
+        self.host.prefill_started(job, self.profile.prefill_s(job.uncached_tokens) + job.load_s)
+
+    def _allocate(self, pool: HybridPrefixCache, request: CacheRequest) -> Allocation | OutOfPages:
+        """Allocate, first capping a hit whose disk part is not worth its load."""
+        tier = pool.config.lower_tier
+        match = pool.match(request)
+        if tier is None or not match.promotions:
+            return pool.allocate(request, match)
+        return pool.allocate(capped_request(request, match, pool.layout, tier, self.profile))
+
+    @staticmethod
+    def _load_s(pool: HybridPrefixCache, num_promoted_pages: int) -> float:
+        tier = pool.config.lower_tier
+        if tier is None or not num_promoted_pages:
+            return 0.0
+        return tier.read_s(num_promoted_pages * pool.layout.page_bytes)
 
     def _piece_s(self, job: PrefillJob, take: int) -> float:
         done = job.computed_tokens
         if done == 0:
-            return self.profile.prefill_s(take)
+            return self.profile.prefill_s(take) + job.load_s
         return self.profile.prefill_s(done + take) - self.profile.prefill_s(done)
 
     def _step(self) -> None:

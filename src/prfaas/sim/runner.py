@@ -36,6 +36,7 @@ from prfaas.scheduler import (
     ServePath,
     assemble,
 )
+from prfaas.scheduler.tiers import lower_tier_of, valued_hit_tokens
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.cluster import (
     SimInstance,
@@ -145,6 +146,7 @@ class Simulator:
             model,
             block_tokens=self.config.block_tokens,
             capacity_bytes=int(sim.prefix_cache_gib * 2**30),
+            lower_tier=lower_tier_of(sim),
         )
 
     # --- the run ---------------------------------------------------------------------------
@@ -244,7 +246,21 @@ class Simulator:
             return {}
         block = self.config.block_tokens
         match = self.index.match(cache_request.block_hashes)
-        return {i: min(n * block, request.input_tokens) for i, n in match.per_instance.items() if n}
+        hits = {}
+        for i, n in match.per_instance.items():
+            if n:
+                hit = min(n * block, request.input_tokens)
+                hits[i] = self._valued(i, request, hit, match.lower_blocks.get(i, 0) * block)
+        return hits
+
+    def _valued(self, instance_id: InstanceId, request: SimRequest, hit: int, lower: int) -> int:
+        """The hit as the router weighs it: tokens below DRAM cost their load (scheduler.tiers)."""
+        tier = lower_tier_of(self.config.simulation)
+        if not lower or tier is None:
+            return hit
+        profile = self.by_id[instance_id].prefill.profile
+        load_s = tier.read_s(int(profile.cache_bytes(min(lower, hit))))
+        return valued_hit_tokens(profile, request.input_tokens, hit, lower, load_s)
 
     def _arrive(self, request: SimRequest) -> None:
         cache_request = self._cache_request(request)

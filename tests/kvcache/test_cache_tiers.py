@@ -1,0 +1,130 @@
+"""A disk tier below the pool: demotion on eviction, promotion on a hit, events and the index."""
+
+from __future__ import annotations
+
+import pytest
+from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, ext_request
+
+from prfaas.kvcache import (
+    Allocation,
+    BlockRemoved,
+    BlockStored,
+    CacheConfig,
+    CacheConfigError,
+    ClusterId,
+    EventStreamError,
+    GlobalKVCacheIndex,
+    HybridPrefixCache,
+    InstanceId,
+    NumpyPageStorage,
+    RequestId,
+    SnapshotPolicy,
+)
+from prfaas.kvcache.tiers import Medium, MemoryTierStorage, TierSpec
+from prfaas.specs.model import ModelSpec
+
+DISK = Medium.DISK
+
+
+def tiered(
+    spec: ModelSpec = DENSE, num_pages: int = 4, disk_pages: int = 8, with_bytes: bool = False
+) -> HybridPrefixCache:
+    config = CacheConfig.for_model(
+        spec,
+        block_tokens=BLOCK_TOKENS,
+        num_pages=num_pages,
+        snapshot_policy=SnapshotPolicy.request_end(),
+        lower_tier=TierSpec(DISK, disk_pages * 512, 2e9, 1e9),
+    )
+    if not with_bytes:
+        return HybridPrefixCache(config, InstanceId("i0"))
+    storage = NumpyPageStorage(num_pages, 512)
+    return HybridPrefixCache(config, InstanceId("i0"), storage, MemoryTierStorage())
+
+
+def serve(cache: HybridPrefixCache, name: str, ids: list[int]) -> Allocation:
+    allocation = cache.allocate(ext_request(cache, name, ids))
+    assert isinstance(allocation, Allocation)
+    cache.commit(RequestId(name))
+    cache.release(RequestId(name))
+    return allocation
+
+
+def test_eviction_demotes_and_a_hit_promotes_with_events_naming_the_medium() -> None:
+    cache = tiered()
+    a = cache.config.hash_scheme.hash_external([1, 2, 3, 4])
+    serve(cache, "a", [1, 2, 3, 4])
+    cache.take_events()
+    serve(cache, "b", [9, 8])  # evicts the deepest two blocks of "a": 4 then 3
+    events = cache.take_events()
+    assert events[:4] == [
+        BlockRemoved(InstanceId("i0"), 0, a[3]),
+        BlockStored(InstanceId("i0"), 0, a[3], DISK),
+        BlockRemoved(InstanceId("i0"), 0, a[2]),
+        BlockStored(InstanceId("i0"), 0, a[2], DISK),
+    ]
+    match = cache.match(ext_request(cache, "q", [1, 2, 3, 4]))
+    assert (match.hit_blocks, [p.position for p in match.promotions]) == (4, [2, 3])
+    allocation = serve(cache, "c", [1, 2, 3, 4])
+    assert allocation.num_promoted_pages == 2
+    stored = [e for e in cache.take_events() if isinstance(e, BlockStored)]
+    assert {(e.block_hash, e.medium) for e in stored} >= {(a[2], Medium.DRAM), (a[3], Medium.DRAM)}
+    assert cache.tier_counters.promoted_bytes == 2 * 512
+
+
+@pytest.mark.parametrize(("disk_pages", "hit_blocks"), [(3, 2), (2, 0)])
+def test_a_snapshot_moves_with_its_blocks_and_a_hit_is_whole_or_absent(
+    disk_pages: int, hit_blocks: int
+) -> None:
+    cache = tiered(HYBRID, num_pages=8, disk_pages=disk_pages)  # block 1 page, GDN state 2
+    a = cache.config.hash_scheme.hash_external([1, 2])
+    serve(cache, "a", [1, 2])  # blocks 1, 2 and the snapshot at 2 stay cached: 4 pages
+    serve(cache, "b", [7, 8, 9])  # 3 blocks + live + snapshot = 7 pages: evicts 3 of "a"'s
+    below = [key for key, _ in cache.pool.lower.units()]  # type: ignore[union-attr]
+    # The snapshot leaves first, then the block ending at its boundary; a 2-page tier keeps
+    # only that block, so the attention KV of [1, 2] is restorable but its state is not.
+    assert below == ([(1, a[1]), (0, a[1])] if disk_pages == 3 else [(0, a[1])])
+    match = cache.match(ext_request(cache, "q", [1, 2]))
+    assert match.hit_blocks == hit_blocks
+    assert len(match.promotions) == (2 if hit_blocks else 0)
+
+
+def test_bytes_promoted_are_the_bytes_demoted() -> None:
+    cache = tiered(with_bytes=True)
+    allocation = cache.allocate(ext_request(cache, "a", [1, 2, 3, 4]))
+    assert isinstance(allocation, Allocation)
+    blocks = allocation.attention[0].block_ids
+    for k, block_id in enumerate(blocks):
+        cache.write_block(block_id, bytes([k + 1]) * 512)
+    cache.commit(RequestId("a"))
+    cache.release(RequestId("a"))
+    serve(cache, "b", [9, 8, 7, 6])  # every block of "a" goes to disk
+    again = serve(cache, "c", [1, 2, 3, 4])
+    assert again.num_promoted_pages == 4
+    read = [cache.read_block(b) for b in again.attention[0].block_ids]
+    assert read == [bytes([k + 1]) * 512 for k in range(4)]
+
+
+def test_the_index_knows_the_tier_and_counts_hit_blocks_below_dram() -> None:
+    cache = tiered()
+    index = GlobalKVCacheIndex(cache.config.identity)
+    index.register_instance(InstanceId("i0"), ClusterId("c"), cache.config.identity)
+    serve(cache, "a", [1, 2, 3, 4])
+    serve(cache, "b", [9, 8])
+    index.apply(cache.take_events())
+    query = ext_request(cache, "q", [1, 2, 3, 4]).block_hashes
+    result = index.match(query)
+    assert (result.per_instance[InstanceId("i0")], result.lower_blocks) == (4, {"i0": 2})
+    assert index.medium_of(InstanceId("i0"), 0, query[3]) is DISK
+    with pytest.raises(EventStreamError):  # a removal must name the tier the unit is in
+        index.apply([BlockRemoved(InstanceId("i0"), 0, query[3], Medium.DRAM)])
+
+
+def test_tier_configuration_is_checked() -> None:
+    with pytest.raises(CacheConfigError):
+        TierSpec(Medium.DRAM, 1, 1.0, 1.0)
+    with pytest.raises(CacheConfigError):
+        TierSpec(DISK, 1024, 0.0, 1.0)
+    config = tiered().config
+    with pytest.raises(CacheConfigError):  # bytes on disk need bytes in DRAM to come from
+        HybridPrefixCache(config, InstanceId("i0"), None, MemoryTierStorage())

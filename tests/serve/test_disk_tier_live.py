@@ -1,0 +1,80 @@
+"""Live: a PD-P torch instance with a 1 MiB DRAM pool and a disk tier below it (issue 28).
+
+A prompt is computed, pushed out of DRAM by others onto the instance's disk (its units become
+files), and served again from there: its KV comes back from disk (a promotion removes the
+units' files), with the greedy text it had when computed. A cold restart of the deployment on
+the same directory starts with the disk tier empty (docs/kvcache.md, "Tiers"): the prompt is
+computed afresh, to the same text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from prfaas.serve.config import Deployment, DiskTierSpec, RouterSpec, default_deployment
+from prfaas.serve.launcher import Launcher
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "tiny-qwen3-next"
+PROMPT = "The disk tier keeps this prompt for later, said the engine."  # PD-P: under t
+OTHERS = [f"Question {i}: add {i} and {2 * i}, then double the sum twice." for i in range(80)]
+
+
+def deployment(directory: Path) -> Deployment:
+    base = default_deployment()
+    tier = DiskTierSpec(directory=str(directory), capacity_mib=64)
+    instances = tuple(
+        spec.model_copy(update={"capacity_mib": 1, "disk_tier": tier})
+        if spec.name == "pdp-0"
+        else spec
+        for spec in base.instances
+    )
+    return base.model_copy(update={"router": RouterSpec(port=0), "instances": instances})
+
+
+@contextlib.contextmanager
+def running(plan: Deployment) -> Iterator[openai.OpenAI]:
+    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
+    launcher = Launcher(plan)
+    launcher.start()
+    try:
+        launcher.wait_healthy(timeout_s=180)
+        yield openai.OpenAI(
+            base_url=launcher.url + "/v1", api_key="none", timeout=120, max_retries=0
+        )
+    finally:
+        launcher.stop()
+
+
+def complete(client: openai.OpenAI, prompt: str) -> tuple[str, int, str]:
+    out = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    assert out.usage is not None and out.usage.prompt_tokens_details is not None
+    path = (out.model_extra or {})["prfaas"]["path"]
+    return out.choices[0].text, out.usage.prompt_tokens_details.cached_tokens or 0, path
+
+
+def test_a_prefix_evicted_from_dram_is_served_from_disk_and_a_cold_restart_clears_it(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "disk"
+    plan = deployment(directory)
+    with running(plan) as client:
+        text, cached, path = complete(client, PROMPT)
+        assert (cached, path) == (0, "pd-p")
+        for other in OTHERS:  # push the prompt out of the 1 MiB of DRAM, onto disk
+            complete(client, other)
+        before = set(directory.glob("*.unit"))
+        again, cached, _ = complete(client, PROMPT)
+        assert cached > 0 and again == text
+        assert before - set(directory.glob("*.unit"))  # its units were promoted off the disk
+    with running(plan) as client:
+        assert not any(directory.glob("*.unit"))
+        cold, cached, _ = complete(client, PROMPT)
+        assert (cold, cached) == (text, 0)
