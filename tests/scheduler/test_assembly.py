@@ -92,7 +92,7 @@ def test_the_slow_loop_defaults_are_the_schemas_alone() -> None:
 
 def test_required_roles_cover_every_policy() -> None:
     assert set(REQUIRED_ROLES) == set(POLICIES)
-    assert missing_roles("prfaas", [Role.PD_PREFILL, Role.PD_DECODE]) == [Role.PRFAAS]
+    assert missing_roles("prfaas", [Role.PD_PREFILL, Role.PD_DECODE]) == []  # a PD cluster alone
     assert missing_roles("homogeneous", [Role.PRFAAS, Role.PD_DECODE]) == [Role.PD_PREFILL]
     assert missing_roles("naive", [Role.PRFAAS]) == []
     assert missing_roles("fixed", [Role.PD_DECODE]) == [Role.PRFAAS, Role.PD_PREFILL]

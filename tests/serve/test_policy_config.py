@@ -69,7 +69,7 @@ def _only(*roles: InstanceRole) -> tuple[InstanceSpec, ...]:
 @pytest.mark.parametrize(
     ("policy", "roles", "lacking"),
     [
-        ("prfaas", (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE), ["prfaas-prefill"]),
+        ("prfaas", (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE), []),
         ("naive", (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE), ["prfaas-prefill"]),
         ("homogeneous", (InstanceRole.PRFAAS_PREFILL, InstanceRole.PD_DECODE), ["pd-prefill"]),
         ("fixed", (InstanceRole.PRFAAS_PREFILL, InstanceRole.PD_DECODE), ["pd-prefill"]),

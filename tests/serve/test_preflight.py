@@ -80,7 +80,7 @@ def test_duplicate_names_are_named() -> None:
         ("d", InstanceRole.PD_DECODE, 0, 0),
         ("a", InstanceRole.PD_DECODE, 0, 0),
     )
-    assert check_deployment(_with(instances=twice, policy="homogeneous"), Scope.ALL) == [
+    assert check_deployment(_with(instances=twice), Scope.ALL) == [
         "instances.2.name: 'a' is also instances.0.name"
     ]
 

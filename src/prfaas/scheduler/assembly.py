@@ -34,9 +34,11 @@ from prfaas.scheduler.scheduler import GlobalScheduler
 from prfaas.scheduler.view import Role
 
 #: The prefill roles each policy routes to: without one of them it would refuse (or silently
-#: reroute) whole classes of requests, so a deployment lacking it is refused up front.
+#: reroute) whole classes of requests, so a deployment lacking it is refused up front. PrfaaS
+#: routing needs none in particular: it is the default, and on a PD cluster alone (no PrfaaS
+#: instance yet, or a single-cluster deployment) every request takes the PD-P path.
 REQUIRED_ROLES: dict[str, tuple[Role, ...]] = {
-    "prfaas": (Role.PRFAAS,),
+    "prfaas": (),
     "homogeneous": (Role.PD_PREFILL,),
     "naive": (Role.PRFAAS,),
     "fixed": (Role.PRFAAS, Role.PD_PREFILL),
