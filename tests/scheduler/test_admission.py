@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scheduler_fixtures import GB, THRESHOLD_TOKENS, make_config, make_view, req
+from scheduler_fixtures import (
+    FAST,
+    GB,
+    THRESHOLD_TOKENS,
+    LinearProfile,
+    make_config,
+    make_view,
+    req,
+)
 
 from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import (
@@ -24,6 +33,7 @@ from prfaas.scheduler import (
     ServePath,
     predict_ttft_s,
 )
+from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.load import DispatchLedger
 
 
@@ -168,6 +178,43 @@ def test_decodes_predicted_to_end_before_the_first_token_leave_their_slots_free(
     assert isinstance(late.route(req("r", 5_000), make_view()), Rejection)
 
 
+@dataclass(frozen=True)
+class KvBoundProfile(LinearProfile):
+    """A decode step that reads every context's KV: 2.5 us per request per 10 tokens."""
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        return 2.5e-7 * batch_size * context_tokens
+
+
+def test_a_tpot_objective_refuses_a_batch_whose_step_would_miss_it() -> None:
+    # The fixture's decode step: 20 ms at 8 requests of 10K-token contexts, 10 ms at 4 (a
+    # KV-bound step: batch x context). 3 requests decode on each decode instance: with this
+    # one 4, 10 ms per step. Held to 9 ms, it is refused; to 12 ms, admitted.
+    def scheduler_with(tpot_slo_s: float) -> GlobalScheduler:
+        config = SchedulerConfig(FAST, KvBoundProfile(0.2, 4e-5), burst_enter_s=math.inf)  # type: ignore[arg-type]
+        admission = AdmissionConfig(AdmissionMode.SHED, ttft_slo_s=2.0, tpot_slo_s=tpot_slo_s)
+        s = GlobalScheduler(
+            PrfaasPolicy(config), config, THRESHOLD_TOKENS, admission=AdmissionPolicy(admission)
+        )
+        for k in range(6):
+            rid = RequestId(f"dec-{k}")
+            decode = InstanceId(f"d{k % 2}")
+            s.ledger.dispatch(
+                rid, InstanceId("p0"), 0.0, decode, 0, decode_end_s=100.0, context_tokens=10_000
+            )
+            s.ledger.prefill_done(rid)
+        return s
+
+    strict = scheduler_with(0.009).route(req("r", 9_950), make_view())
+    assert isinstance(strict, Rejection)
+    assert strict.reason is RejectReason.PREDICTED_TPOT_OVER_SLO
+    assert isinstance(scheduler_with(0.012).route(req("r", 9_950), make_view()), RouteDecision)
+    # Without a TPOT objective only BS_max bounds the batch (8 here): admitted.
+    assert isinstance(
+        scheduler(AdmissionMode.SHED).route(req("r", 9_950), make_view()), RouteDecision
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     slots=st.lists(
@@ -177,7 +224,7 @@ def test_decodes_predicted_to_end_before_the_first_token_leave_their_slots_free(
     length_s=st.floats(0.001, 60),
     now_s=st.floats(0, 10),
 )
-def test_decode_slots_taken_is_the_peak_overlap(
+def test_decode_overlap_peak_is_the_most_slots_held_at_once(
     slots: list[tuple[float, float, bool]], start_s: float, length_s: float, now_s: float
 ) -> None:
     """The sweep equals a brute-force count at every window boundary inside the query."""
@@ -195,7 +242,7 @@ def test_decode_slots_taken_is_the_peak_overlap(
     end_q = start_s + length_s
     points = [start_s] + [b for b, _ in windows if start_s <= b < end_q]
     brute = max((sum(1 for b, e in windows if b <= t < e) for t in points), default=0)
-    assert ledger.decode_slots_taken(InstanceId("d"), start_s, end_q, now_s) == brute
+    assert ledger.decode_overlap(InstanceId("d"), start_s, end_q, now_s).peak == brute
 
 
 @settings(max_examples=60, deadline=None)

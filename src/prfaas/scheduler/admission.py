@@ -61,7 +61,9 @@ class AdmissionMode(StrEnum):
 class AdmissionConfig:
     """Defaults and their reasons are in docs/scheduler.md (Admission control).
 
-    `ttft_slo_s`: the TTFT objective the prediction is held to. `margin_fraction`: refuse when
+    `ttft_slo_s`: the TTFT objective the prediction is held to. `tpot_slo_s`: the TPOT
+    objective the decode step is held to (None: the decode batch is bounded by BS_max only).
+    `margin_fraction`: refuse when
     the prediction exceeds ttft_slo_s x (1 + margin_fraction). `min_retry_after_s`: the least
     Retry-After given (and the defer retry period floor). `max_defer_s`: how long defer mode
     holds a request before rejecting it.
@@ -69,6 +71,7 @@ class AdmissionConfig:
 
     mode: AdmissionMode = AdmissionMode.OFF
     ttft_slo_s: float = 10.0
+    tpot_slo_s: float | None = None
     margin_fraction: float = 0.0
     min_retry_after_s: float = 1.0
     max_defer_s: float = 30.0
@@ -76,6 +79,8 @@ class AdmissionConfig:
     def __post_init__(self) -> None:
         if self.ttft_slo_s <= 0:
             raise ValueError("ttft_slo_s must be positive")
+        if self.tpot_slo_s is not None and self.tpot_slo_s <= 0:
+            raise ValueError("tpot_slo_s must be positive")
         if self.margin_fraction < 0:
             raise ValueError("margin_fraction must be >= 0")
         if self.min_retry_after_s <= 0 or self.max_defer_s < 0:
@@ -119,6 +124,11 @@ def _decode_batch_limit(decision: RouteDecision, view: ClusterView) -> int:
     return 0
 
 
+def decode_context_tokens(request: RouteRequest) -> int:
+    """The request's mean context over its decode: its prompt and half its output."""
+    return request.input_tokens + request.output_tokens // 2
+
+
 def decode_window_s(
     decision: RouteDecision,
     request: RouteRequest,
@@ -130,28 +140,36 @@ def decode_window_s(
     it (its output at a full batch's step time), as absolute times."""
     first_token_s = view.now_s + predict_ttft_s(decision, request, view, ledger, config)
     batch = max(1, _decode_batch_limit(decision, view))
-    context = request.input_tokens + request.output_tokens // 2
-    step_s = config.pd_profile.decode_step_s(batch, max(1, context))
+    step_s = config.pd_profile.decode_step_s(batch, max(1, decode_context_tokens(request)))
     return first_token_s, first_token_s + request.output_tokens * step_s
 
 
-def _decode_full(
+def _decode_refusal(
     decision: RouteDecision,
     request: RouteRequest,
     view: ClusterView,
     ledger: DispatchLedger,
     config: SchedulerConfig,
-) -> bool:
-    """Whether BS_max requests already dispatched to the chosen decode instance are predicted
-    to hold its slots at some moment of this request's decode (see the module docstring)."""
+    *,
+    tpot_slo_s: float | None,
+) -> RejectReason | None:
+    """Why the chosen decode instance cannot take this request in time, if it cannot: BS_max
+    requests predicted to hold its slots at some moment of this request's decode, or (with a
+    TPOT objective) the step of that batch, with this request, at its members' mean context
+    over the objective (see the module docstring)."""
     limit = _decode_batch_limit(decision, view)
     if limit <= 0:
-        return False
+        return None
     first_s, last_s = decode_window_s(decision, request, view, ledger, config)
     last_s = max(last_s, math.nextafter(first_s, math.inf))
-    return (
-        ledger.decode_slots_taken(decision.decode_instance_id, first_s, last_s, view.now_s) >= limit
-    )
+    overlap = ledger.decode_overlap(decision.decode_instance_id, first_s, last_s, view.now_s)
+    if overlap.peak >= limit:
+        return RejectReason.DECODE_BATCH_FULL
+    if tpot_slo_s is None:
+        return None
+    context = (overlap.context_tokens + decode_context_tokens(request)) / (overlap.count + 1)
+    step_s = config.pd_profile.decode_step_s(overlap.peak + 1, max(1, round(context)))
+    return RejectReason.PREDICTED_TPOT_OVER_SLO if step_s > tpot_slo_s else None
 
 
 class AdmissionPolicy:
@@ -178,9 +196,12 @@ class AdmissionPolicy:
         excess_s = predicted_s - cfg.limit_s
         reason = RejectReason.PREDICTED_TTFT_OVER_SLO
         if excess_s <= 0:
-            if not _decode_full(decision, request, view, ledger, config):
+            decode = _decode_refusal(
+                decision, request, view, ledger, config, tpot_slo_s=cfg.tpot_slo_s
+            )
+            if decode is None:
                 return None
-            reason, excess_s = RejectReason.DECODE_BATCH_FULL, 0.0
+            reason, excess_s = decode, 0.0
         retry_s = float(max(cfg.min_retry_after_s, math.ceil(excess_s)))
         if cfg.mode is AdmissionMode.DEFER:
             if waited_s + retry_s <= cfg.max_defer_s:

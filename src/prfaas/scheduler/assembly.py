@@ -3,7 +3,7 @@
 Both hosts read the same settings from their files and hand them here; nothing else builds a
 `GlobalScheduler` outside tests:
 
-    setup = SchedulerSetup(policy, threshold_tokens, admission, ttft_slo_s, rebalance)
+    setup = SchedulerSetup(policy, threshold_tokens, admission, ttft_slo_s, rebalance, tpot_slo_s)
     missing = missing_roles(setup.policy, roles)         # refused before anything starts
     scheduler = assemble(setup, SchedulerConfig(...), hardware)
 
@@ -52,13 +52,16 @@ SLOW_LOOP_POLICIES = frozenset({"prfaas"})
 class SchedulerSetup:
     """What a host's file says of its scheduler. `threshold_tokens`: t at start (the scheduler
     owns it from then on). `ttft_slo_s`: the objective admission control holds requests to.
-    `rebalance`: the slow loop's settings, None when it is off."""
+    `rebalance`: the slow loop's settings, None when it is off. `tpot_slo_s`: the TPOT
+    objective admission holds the decode step to (the simulator: the scenario's `slo.tpot_s`;
+    live: none yet, the decode batch is bounded by BS_max only)."""
 
     policy: str
     threshold_tokens: int
     admission: AdmissionFile
     ttft_slo_s: float
     rebalance: RebalanceFile | None = None
+    tpot_slo_s: float | None = None
 
     def __post_init__(self) -> None:
         check_policy(self.policy)
@@ -69,7 +72,9 @@ def missing_roles(policy: str, roles: Collection[Role]) -> list[Role]:
     return [role for role in REQUIRED_ROLES[check_policy(policy)] if role not in roles]
 
 
-def admission_policy(settings: AdmissionFile, ttft_slo_s: float) -> AdmissionPolicy | None:
+def admission_policy(
+    settings: AdmissionFile, ttft_slo_s: float, tpot_slo_s: float | None = None
+) -> AdmissionPolicy | None:
     """The admission control of `settings` (None when off: the scheduler admits everything)."""
     mode = AdmissionMode(settings.mode)
     if mode is AdmissionMode.OFF:
@@ -78,6 +83,7 @@ def admission_policy(settings: AdmissionFile, ttft_slo_s: float) -> AdmissionPol
         AdmissionConfig(
             mode=mode,
             ttft_slo_s=ttft_slo_s,
+            tpot_slo_s=tpot_slo_s,
             margin_fraction=settings.margin_fraction,
             max_defer_s=settings.max_defer_s,
         )
@@ -95,5 +101,5 @@ def assemble(setup: SchedulerSetup, config: SchedulerConfig, hardware: Hardware)
         config,
         setup.threshold_tokens,
         rebalancer,
-        admission_policy(setup.admission, setup.ttft_slo_s),
+        admission_policy(setup.admission, setup.ttft_slo_s, setup.tpot_slo_s),
     )

@@ -60,6 +60,7 @@ class RejectReason(StrEnum):
     # Admission control (scheduler.admission).
     PREDICTED_TTFT_OVER_SLO = "predicted-ttft-over-slo"
     DECODE_BATCH_FULL = "decode-batch-full"
+    PREDICTED_TPOT_OVER_SLO = "predicted-tpot-over-slo"
     DEFERRED_TOO_LONG = "deferred-too-long"
 
 

@@ -26,6 +26,16 @@ from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler.view import InstanceView
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeOverlap:
+    """What `DispatchLedger.decode_overlap` found: `count` requests whose windows meet the
+    query, `peak` of them at once at most, `context_tokens` their contexts summed."""
+
+    peak: int
+    count: int
+    context_tokens: int
+
+
 @dataclass(slots=True)
 class _Entry:
     prefill_instance_id: InstanceId
@@ -34,6 +44,7 @@ class _Entry:
     kv_bytes: float
     first_token_s: float  # predicted at dispatch (absolute time)
     decode_end_s: float  # predicted at dispatch: first token + output x a full batch's step
+    context_tokens: int  # the mean context over its decode: prompt + half its output
     is_prefilling: bool = True
 
 
@@ -58,9 +69,11 @@ class DispatchLedger:
         *,
         first_token_s: float = 0.0,
         decode_end_s: float = 0.0,
+        context_tokens: int = 0,
     ) -> None:
         """`first_token_s` / `decode_end_s`: when the request is predicted to take a decode
-        slot and to leave it (absolute times; only `decode_slots_taken` reads them)."""
+        slot and to leave it (absolute times); `context_tokens`: its mean context meanwhile.
+        Only `decode_overlap` reads the three."""
         if request_id in self._entries:
             raise KeyError(f"request {request_id} dispatched twice")
         self._entries[request_id] = _Entry(
@@ -70,6 +83,7 @@ class DispatchLedger:
             kv_bytes,
             first_token_s,
             decode_end_s,
+            context_tokens,
         )
         self._by_decode.setdefault(decode_instance_id, set()).add(request_id)
         self._add_prefill(prefill_instance_id, prefill_work_s)
@@ -108,16 +122,17 @@ class DispatchLedger:
         """Requests on `instance_id` whose prefill is done: its decode batch and queue now."""
         return self._decoding.get(instance_id, 0)
 
-    def decode_slots_taken(
+    def decode_overlap(
         self, instance_id: InstanceId, start_s: float, end_s: float, now_s: float
-    ) -> int:
-        """The most of `instance_id`'s dispatched requests holding a decode slot at once
-        within [start_s, end_s), by their predicted windows.
+    ) -> DecodeOverlap:
+        """`instance_id`'s dispatched requests whose predicted decode windows meet
+        [start_s, end_s): the most holding a slot at once, and their mean context.
 
         A request past its prefill holds its slot from now on (it decodes or waits for one);
-        a prefill running late starts its decode now at the earliest; a decode predicted to
-        have ended already is taken to end now."""
+        a prefill running late starts its decode now at the earliest; a decode running past
+        its predicted end holds its slot until it is reported done."""
         changes: list[tuple[float, int]] = []
+        contexts = 0
         for rid in self._by_decode.get(instance_id, ()):
             e = self._entries[rid]
             first_s = max(e.first_token_s, now_s) if e.is_prefilling else now_s
@@ -125,11 +140,12 @@ class DispatchLedger:
             begin_s, finish_s = max(first_s, start_s), min(last_s, end_s)
             if begin_s < finish_s:
                 changes += [(begin_s, 1), (finish_s, -1)]
+                contexts += e.context_tokens
         peak = taken = 0
         for _, step in sorted(changes):  # half-open: a slot left at t is free for one taken at t
             taken += step
             peak = max(peak, taken)
-        return peak
+        return DecodeOverlap(peak, len(changes) // 2, contexts)
 
     def decode_kv_bytes(self, instance_id: InstanceId) -> float:
         return self._decode_kv_bytes.get(instance_id, 0.0)

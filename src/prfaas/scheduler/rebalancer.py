@@ -96,6 +96,9 @@ class StageStats:
     link_capacity_bytes_per_s: float
 
 
+_DECODE_REFUSALS = frozenset({RejectReason.DECODE_BATCH_FULL, RejectReason.PREDICTED_TPOT_OVER_SLO})
+
+
 @dataclass(slots=True)
 class Window:
     """Lengths of the requests dispatched since the last step (post-prefix-match: the best hit
@@ -117,7 +120,7 @@ class Window:
         self.output_tokens += request.output_tokens
 
     def observe_refusal(self, decision: RouteDecision, refusal: Rejection) -> None:
-        if refusal.reason is RejectReason.DECODE_BATCH_FULL:
+        if refusal.reason in _DECODE_REFUSALS:
             self.refused_at_decode += 1
         elif decision.path is ServePath.PRFAAS:
             self.refused_at_prfaas += 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from prfaas.kvcache.ids import RequestId
-from prfaas.scheduler.admission import AdmissionPolicy, decode_window_s
+from prfaas.scheduler.admission import AdmissionPolicy, decode_context_tokens, decode_window_s
 from prfaas.scheduler.config import SchedulerConfig
 from prfaas.scheduler.decisions import (
     Decision,
@@ -119,6 +119,7 @@ class GlobalScheduler:
             self.config.kv_bytes(request.input_tokens + request.output_tokens),
             first_token_s=first_token_s,
             decode_end_s=decode_end_s,
+            context_tokens=decode_context_tokens(request),
         )
         if self.rebalancer is not None:  # the window feeds only the slow loop
             self._window.observe(request, decision)

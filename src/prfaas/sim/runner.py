@@ -94,6 +94,7 @@ def scheduler_setup(config: RunConfig) -> SchedulerSetup:
         admission=sim.admission,
         ttft_slo_s=sim.slo.ttft_s or DEFAULT_TTFT_SLO_S,
         rebalance=sim.rebalance,
+        tpot_slo_s=sim.slo.tpot_s,
     )
 
 
