@@ -38,7 +38,8 @@ class SchedulerConfig:
 
     `threshold_tokens`: t (the planner's optimum at start-up; the slow loop moves it).
     `load_slack`: bounded-load factor epsilon: cache affinity may pick an instance only if it
-    finishes the request within (1 + epsilon) of the earliest possible finish (pain point 6).
+    finishes the request within (1 + epsilon) of the earliest possible finish (so affinity never
+    piles requests onto a hot instance).
     `prfaas_surge_s`: PrfaaS queued work (s) above which a long request goes to PD-P if PD-P
     would finish it sooner. `dynamo_busy_s`: the Dynamo baseline's "prefill queue busy" bound.
     `burst_enter_s` / `burst_leave_s`: the work-conserving rule for short requests (below t):
