@@ -32,7 +32,7 @@ test: lint gguf-model browser setup-vllm
 # The vLLM backend end to end alone (tests marked `vllm`, also part of `make test`).
 test-vllm: setup setup-vllm
 	$(BIN)/pytest -m vllm tests/serve/test_vllm_backend.py tests/serve/test_vllm_unknown_arch.py \
-		tests/serve/test_vllm_layer_kinds.py
+		tests/serve/test_vllm_layer_kinds.py tests/serve/test_vllm_kv_wire_secrecy.py
 
 # The dashboard test drives Debian's headless Chromium (tests/serve/test_dashboard.py).
 browser:

@@ -4,15 +4,17 @@ The backend (`serve.backend`) is the `torch` engine on its own thread (`serve.wo
 `emulated` one (`serve.emulated`: no compute, no torch import), chosen per instance in the
 deployment file; this module sees only its torch-free items.
 
-Every instance owns a `Sender` and a `Receiver` writing into an `ArraySink`. The PrfaaS
-prefill role's sender goes through the emulated inter-cluster link (kernel-shaped in
-namespaces, or token bucket plus delay: `kvlink`); its receiver takes cached prefixes moved to
-it from the PD cluster. PD instances send over the local network and listen (in the receiver
-namespace too when kernel-shaped), so the router can flip them between `pd-prefill` and
-`pd-decode` at run time (`POST /role` once the instance is idle: the router drained it
-first; 409 while a prefill or decode call is still in progress). The role only decides which
-calls the instance takes: the backend does both. A PD instance also owns a `move_sender`
-paced like the link (token bucket plus delay) for prefixes it moves to the PrfaaS cluster.
+Every instance owns a `Sender` and a `Receiver` writing into an `ArraySink`, built from its
+`ShippingPlan` (`transfer.shipping`, resolved by `kvlink.shipping_plan`: the one KV shipping
+path, which the vLLM connector builds its endpoints from too). The PrfaaS prefill role's sender
+goes through the emulated inter-cluster link (kernel-shaped in namespaces, or token bucket
+plus delay); its receiver takes cached prefixes moved to it from the PD cluster. PD
+instances send over the local network and listen (in the receiver namespace too when
+kernel-shaped), so the router can flip them between `pd-prefill` and `pd-decode` at run time
+(`POST /role` once the instance is idle: the router drained it first; 409 while a prefill or
+decode call is still in progress). The role only decides which calls the instance takes: the
+backend does both. A PD instance also owns a `move_sender` paced like the link (token bucket
+plus delay) for prefixes it moves to the PrfaaS cluster.
 
     POST /prefill  run the prefill on the engine thread; stream every layer's slices to the
                    decode instance's receiver as soon as the layer is done; answer after the
@@ -47,7 +49,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -74,7 +76,6 @@ from prfaas.serve.config import (
     InstanceRole,
     InstanceSpec,
     transfer_secret,
-    transfer_tls,
 )
 from prfaas.serve.control_auth import ControlGate
 from prfaas.serve.edge import EdgeGuard, edge_server_config
@@ -90,23 +91,15 @@ from prfaas.serve.errors import (
 from prfaas.serve.instance_state import instance_state
 from prfaas.serve.json_lines import json_line
 from prfaas.serve.kv_claims import KvClaims
-from prfaas.serve.kvlink import (
-    DelayedTransport,
-    link_probe_for,
-    token_bucket_bytes_per_s,
-    transports_for,
-)
+from prfaas.serve.kvlink import link_probe_for, shipping_plan
 from prfaas.serve.profile import PrefillTiming
 from prfaas.serve.running_calls import RunningCalls
 from prfaas.serve.stream_text import StreamedText
 from prfaas.transfer import (
-    ArraySink,
     PeerAddress,
-    Receiver,
     RequestId,
     Sender,
     SliceKey,
-    TcpTransport,
     TransferAborted,
     TransferConfig,
     TransferError,
@@ -114,6 +107,7 @@ from prfaas.transfer import (
 )
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 from prfaas.transfer.linkemu import RouteProbe
+from prfaas.transfer.shipping import KvEndpoints, ShippingPlan
 
 ARRIVAL_TIMEOUT_S = 60.0
 HOUSEKEEPING_PERIOD_S = 1.0
@@ -161,12 +155,10 @@ class InstanceRuntime:
     deployment: Deployment
     worker: InstanceBackend
     info: p.InstanceInfo
+    shipping: ShippingPlan  # how its KV endpoints are built (`kvlink.shipping_plan`)
     transfer_config: TransferConfig
-    sender: Sender | None = None
-    move_sender: Sender | None = None
-    receiver: Receiver | None = None
-    sink: ArraySink | None = None
-    claims: KvClaims | None = None  # arrived KV by request id (with `sink`)
+    kv: KvEndpoints | None = None  # None: the backend ships its own KV (`ShipsOwnKv`)
+    claims: KvClaims | None = None  # arrived KV by request id (in `kv.sink`)
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
     link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kvlink)
     activity: Activity = field(default_factory=Activity)
@@ -192,7 +184,8 @@ def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
 
 def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
     spec = deployment.instance(name)
-    transfer_tls(deployment)  # bad TLS files: a one-line error before the model loads
+    # bad TLS files: a one-line error before the model loads
+    shipping = shipping_plan(deployment, spec, SINK_BYTES)
     backend = build_backend(deployment, spec)
     facts = backend.info
     info = p.InstanceInfo(
@@ -215,16 +208,8 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         vocab_size=facts.vocab_size,
         computes_logprobs=facts.computes_logprobs,
     )
-    config = TransferConfig(
-        secret=transfer_secret(deployment),
-        num_connections=2,
-        max_frame_bytes=1 * 2**20,
-        max_bytes_in_flight=16 * 2**20,
-        rate_limit_bytes_per_s=token_bucket_bytes_per_s(deployment, spec),
-        rate_burst_bytes=1 * 2**20,
-        payload_checks=deployment.payload_checks,
-    )
-    return InstanceRuntime(spec, deployment, backend, info, config)
+    config = shipping.config(transfer_secret(deployment))
+    return InstanceRuntime(spec, deployment, backend, info, shipping, config)
 
 
 def _timing(facts: BackendInfo) -> p.TimingBody:
@@ -242,22 +227,13 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
 
 async def _start_transfer(rt: InstanceRuntime) -> None:
     if isinstance(rt.worker, ShipsOwnKv):
-        return  # its engine owns the transfer port (serve.backends.vllm)
-    identity = rt.worker.info.peer
-    transport = transports_for(rt.deployment, rt.spec)
+        return  # its engine owns the transfer port (serve.backends.vllm), from the same plan
     rt.link_probe = link_probe_for(rt.deployment, rt.spec)
-    rt.sender = Sender(rt.transfer_config, identity, transport)  # every role may prefill
-    if rt.spec.role is not InstanceRole.PRFAAS_PREFILL and rt.info.can_move_prefix:
-        link = rt.deployment.link
-        paced = replace(rt.transfer_config, rate_limit_bytes_per_s=link.rate_bytes_per_s)
-        delayed = DelayedTransport(TcpTransport(transfer_tls(rt.deployment)), link.rtt_ms / 1e3)
-        rt.move_sender = Sender(paced, identity, delayed)
-    rt.sink = ArraySink(SINK_BYTES)
-    rt.claims = KvClaims(rt.sink)
-    rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
-    address = PeerAddress(rt.spec.host, rt.spec.transfer_port)
+    rt.kv = KvEndpoints.build(rt.shipping, rt.transfer_config.secret, rt.worker.info.peer)
+    rt.claims = KvClaims(rt.kv.sink)
+    address = rt.shipping.listen_address
     try:
-        await rt.receiver.start(address)
+        await rt.kv.listen(rt.shipping)
     except OSError as err:  # the port and the cause, in the CLI's one line
         raise DeploymentError(
             f"{rt.spec.name}: transfer_port: cannot listen on {address.host}:{address.port}: "
@@ -267,10 +243,11 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
 
 async def _pump_arrivals(rt: InstanceRuntime) -> None:
     """Receiver events -> the claims ledger the /decode handlers wait on."""
-    assert rt.receiver is not None and rt.claims is not None
+    assert rt.kv is not None and rt.claims is not None
+    receiver = rt.kv.receiver
     while True:
-        await rt.receiver.wait_for_events()
-        for event in rt.receiver.take_events():
+        await receiver.wait_for_events()
+        for event in receiver.take_events():
             if isinstance(event, TransferReceived):
                 rt.claims.arrived(event.request_id)
             elif isinstance(event, TransferAborted):
@@ -284,9 +261,8 @@ async def _housekeeping(rt: InstanceRuntime) -> None:
         await asyncio.sleep(HOUSEKEEPING_PERIOD_S)
         if rt.claims is not None:
             rt.claims.expire()
-        for sender in (rt.sender, rt.move_sender):
-            if sender is not None:
-                sender.take_events()
+        for sender in rt.kv.senders if rt.kv is not None else ():
+            sender.take_events()
 
 
 async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
@@ -299,8 +275,8 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     try:
         if isinstance(rt.worker, ShipsOwnKv):
             return await rt.calls.run(body.request_id, rt.worker.prefill(body))
-        assert rt.sender is not None
-        return await rt.calls.run(body.request_id, _run_prefill(rt, rt.sender, peer, body))
+        assert rt.kv is not None
+        return await rt.calls.run(body.request_id, _run_prefill(rt, rt.kv.sender, peer, body))
     finally:
         rt.activity.prefill_ended()
 
@@ -453,8 +429,8 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
         finally:
             rt.activity.prefill_ended()
     mover = _mover(rt)
-    sender = rt.move_sender or rt.sender
-    assert sender is not None
+    assert rt.kv is not None
+    sender = rt.kv.move_sender
     rt.activity.prefill_started()  # the pool is read: keep a flip waiting
     try:
         slices = await mover.export_prefix(
@@ -542,19 +518,15 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
             rt.startup_error = err
             raise
         tasks = [asyncio.create_task(_housekeeping(rt))]
-        if rt.receiver is not None:
+        if rt.kv is not None:
             tasks.append(asyncio.create_task(_pump_arrivals(rt)))
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
-            if rt.sender is not None:
-                await rt.sender.close()
-            if rt.move_sender is not None:
-                await rt.move_sender.close()
-            if rt.receiver is not None:
-                await rt.receiver.close()
+            if rt.kv is not None:
+                await rt.kv.close()
             rt.worker.stop()
 
     app = FastAPI(lifespan=lifespan)

@@ -416,16 +416,10 @@ class _Worker:
         secret = os.environ.get(settings.secret_env, "").encode()
         self.io = TransferIO(
             IoSettings(
-                listen_host=settings.listen_host,
-                listen_port=settings.listen_port,
+                plan=settings.shipping,
                 secret=secret,
-                payload_checks=settings.payload_checks,
-                rate_limit_bytes_per_s=settings.rate_limit_bytes_per_s,
-                move_rate_limit_bytes_per_s=settings.move_rate_limit_bytes_per_s,
-                sink_bytes=settings.sink_mib * 2**20,
                 status_path=settings.status_path,
                 staged_ttl_s=settings.staged_ttl_s,
-                tls=None if settings.tls is None else settings.tls.config(),
                 cache_layout=cache_layout(groups),
             ),
             settings.peer_identity(

@@ -66,11 +66,9 @@ from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
 from prfaas.serve.config import (
     Deployment,
-    InstanceRole,
     InstanceSpec,
     free_port,
     transfer_secret,
-    transfer_tls,
 )
 from prfaas.serve.errors import (
     BadRequestError,
@@ -79,6 +77,7 @@ from prfaas.serve.errors import (
     ServeError,
 )
 from prfaas.serve.json_lines import split_lines
+from prfaas.serve.kvlink import shipping_plan
 from prfaas.serve.launcher import die_with_parent
 from prfaas.serve.ports import hold_port
 from prfaas.specs.catalog import resolve_model
@@ -89,6 +88,7 @@ from prfaas.transfer.config import SECRET_ENV_VAR
 MAX_EVENT_LOG = 200_000
 METRICS_INTERVAL_S = 0.5
 STOP_GRACE_S = 10.0
+SINK_BYTES = 256 * 2**20  # the connector's receive buffer
 LAYOUT_TIMEOUT_S = 30.0  # the connector's status file, once vLLM answers /health
 CHILD_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
@@ -115,6 +115,25 @@ def vllm_python() -> Path:
     if configured:
         return Path(configured)
     return Path(__file__).resolve().parents[4] / ".venv-vllm" / "bin" / "python"
+
+
+def connector_config(
+    deployment: Deployment, spec: InstanceSpec, status_path: Path
+) -> dict[str, Any]:
+    """The connector's `kv_connector_extra_config` (`integrations.vllm.settings`): the
+    instance's shipping plan, resolved as the shell's own (`kvlink.shipping_plan`: TLS, the
+    link's token bucket and RTT or its namespaces), and where to find the secret (never here:
+    vLLM logs this config)."""
+    plan = shipping_plan(deployment, spec, SINK_BYTES)
+    return {
+        "shipping": dataclasses.asdict(plan),
+        "secret_env": SECRET_ENV_VAR,
+        "hash_seed": deployment.hash_seed,
+        "status_path": str(status_path),
+        # a transfer whose decode never came (its router gave up) is dropped after this
+        "staged_ttl_s": deployment.router.request_timeout_s,
+        "load_timeout_s": deployment.router.request_timeout_s,
+    }
 
 
 class VllmBackend:
@@ -217,29 +236,11 @@ class VllmBackend:
     def command(self) -> list[str]:
         """`vllm serve` for this instance, with the connector and the KV event publisher."""
         spec, d = self._spec, self._deployment
-        extra: dict[str, Any] = {
-            "listen_host": spec.host,
-            "listen_port": spec.transfer_port,
-            "secret_env": SECRET_ENV_VAR,
-            "payload_checks": d.payload_checks,
-            "hash_seed": d.hash_seed,
-            "status_path": str(self._status_path),
-            # a transfer whose decode never came (its router gave up) is dropped after this
-            "staged_ttl_s": d.router.request_timeout_s,
-            "load_timeout_s": d.router.request_timeout_s,
-        }
-        tls = transfer_tls(d)
-        if tls is not None:  # the connector's transfers in TLS, as the shell's
-            extra["tls"] = dataclasses.asdict(tls)
-        if spec.role is InstanceRole.PRFAAS_PREFILL:
-            extra["rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
-        else:  # a PD instance's cache moves cross the link
-            extra["move_rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
         transfer = {
             "kv_connector": "PrfaasConnector",
             "kv_connector_module_path": "prfaas.integrations.vllm.connector",
             "kv_role": "kv_both",
-            "kv_connector_extra_config": extra,
+            "kv_connector_extra_config": connector_config(d, spec, self._status_path),
         }
         events = {
             "enable_kv_cache_events": True,
