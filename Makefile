@@ -23,6 +23,7 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo --no-cache  # DESIGN.md's walls: [tool.importlinter]
 
 # The real-checkpoint tests need the SmolLM2 GGUF and the vLLM backend's tests need vLLM's venv:
 # `make test` installs both, so nothing skips.

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_instance
 
-from prfaas.serve.admission import AdmissionSpec
+from prfaas.serve.admission_spec import AdmissionSpec
 from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole, RouterSpec
 from prfaas.serve.launcher import Launcher
 

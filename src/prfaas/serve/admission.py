@@ -9,7 +9,7 @@ carries out its verdicts on the HTTP path:
               and is routed again, with the time it has waited, until it is admitted or
               rejected as `deferred-too-long`; prfaas:admission_deferrals_total counts waits
 
-Settings live in the deployment file under `router.admission` (`AdmissionSpec`); the TTFT
+Settings live in the deployment file under `router.admission` (`serve.admission_spec`); the TTFT
 objective is given there, since the router has no scenario SLO. Off by default.
 """
 
@@ -20,13 +20,8 @@ import math
 from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
-from prfaas.planner.scenario import AdmissionModeName
 from prfaas.scheduler import (
-    AdmissionConfig,
-    AdmissionMode,
-    AdmissionPolicy,
     Deferral,
     Rejection,
     RouteDecision,
@@ -36,30 +31,6 @@ from prfaas.serve.errors import NoCapacityError, ServeError
 
 if TYPE_CHECKING:
     from prfaas.serve.flow import RouterRuntime
-
-
-class AdmissionSpec(BaseModel):
-    """`router.admission` in the deployment file (defaults: docs/scheduler.md)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    mode: AdmissionModeName = "shed"  # on by default; "off" (or YAML's bare off) is explicit
-    ttft_slo_s: float = Field(default=10.0, gt=0)
-    margin_fraction: float = Field(default=0.0, ge=0)
-    max_defer_s: float = Field(default=30.0, ge=0)
-
-    def policy(self) -> AdmissionPolicy | None:
-        mode = AdmissionMode(self.mode)
-        if mode is AdmissionMode.OFF:
-            return None
-        return AdmissionPolicy(
-            AdmissionConfig(
-                mode=mode,
-                ttft_slo_s=self.ttft_slo_s,
-                margin_fraction=self.margin_fraction,
-                max_defer_s=self.max_defer_s,
-            )
-        )
 
 
 class AdmissionRejectedError(ServeError):

@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from prfaas.serve.admission import AdmissionSpec
+from prfaas.serve.admission_spec import AdmissionSpec
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
 from prfaas.specs.catalog import get_chip, model_names
