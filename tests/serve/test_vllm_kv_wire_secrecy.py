@@ -16,7 +16,7 @@ import pytest
 from vllm_helpers import SECRET, pair_deployment
 from wire_capture import loopback_capture, plaintext_found, tls_files
 
-from prfaas.serve.backends.vllm import vllm_python
+from prfaas.serve.backends.vllm_child import vllm_python
 from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]
