@@ -35,8 +35,10 @@ Every call must be signed for this instance with the deployment's secret (`serve
 deployment's `instance_edge`); `/prefill` and `/prefix/send` connect only to transfer
 endpoints the deployment file names (`transfer_peer`: 400 for any other address).
 
-Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
-endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three. What an instance
+The HTTP routes themselves are in `serve.instance_app`; this module holds the runtime and the
+verbs they call. Lifecycle: `build_runtime` builds the backend (loads the model); `running`
+starts it and the transfer endpoint for as long as the app serves
+(`instance_app.serve_instance`: until SIGINT/SIGTERM), then closes both. What an instance
 holds for requests in progress is in `/state` `resources` (`serve.instance_state`): all 0
 when it is idle.
 """
@@ -51,10 +53,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import (
     BackendInfo,
@@ -66,7 +64,6 @@ from prfaas.serve.backend import (
     MovesOwnPrefixes,
     PrefillDone,
     PrefixMover,
-    RendersChat,
     ShipsOwnKv,
     Token,
     build_backend,
@@ -77,18 +74,13 @@ from prfaas.serve.config import (
     InstanceSpec,
     transfer_secret,
 )
-from prfaas.serve.control_auth import ControlGate
-from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
     DeploymentError,
-    InstanceFailedError,
-    KvBufferFullError,
     NoCapacityError,
     ServeError,
 )
-from prfaas.serve.instance_state import instance_state
 from prfaas.serve.json_lines import json_line
 from prfaas.serve.kv_claims import KvClaims
 from prfaas.serve.kvlink import link_probe_for, shipping_plan
@@ -102,10 +94,8 @@ from prfaas.transfer import (
     SliceKey,
     TransferAborted,
     TransferConfig,
-    TransferError,
     TransferReceived,
 )
-from prfaas.transfer.errors import AbortReason, TransferAbortedError
 from prfaas.transfer.linkemu import RouteProbe
 from prfaas.transfer.shipping import KvEndpoints, ShippingPlan
 
@@ -163,23 +153,6 @@ class InstanceRuntime:
     link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kvlink)
     activity: Activity = field(default_factory=Activity)
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
-
-
-def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
-    """The chat's prompt ids: the engine's chat template, else a plain transcript (which
-    has none of the template's switches to honour)."""
-    if isinstance(worker, RendersChat):
-        return worker.encode_chat(chat)
-    asked = chat.switches_asked
-    if asked:
-        err = BadRequestError(
-            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
-            "a plain transcript (docs/serving.md)",
-            param=asked[0],
-        )
-        err.code = "unsupported_parameter"
-        raise err
-    return worker.encode(p.transcript(chat.messages))
 
 
 def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
@@ -497,126 +470,25 @@ def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
     return rt.info
 
 
-def _error(err: ServeError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status_code)
-
-
-def _transfer_failure(err: TransferError) -> ServeError:
-    """A full receive buffer on the decode side is room lacking now (503), not a failure."""
-    if isinstance(err, TransferAbortedError) and err.reason is AbortReason.OUT_OF_SPACE:
-        return KvBufferFullError(f"the decode side had no room for the KV: {err}")
-    return InstanceFailedError(f"KV transfer failed: {err}")
-
-
-def build_app(rt: InstanceRuntime) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        try:
-            rt.worker.start()
-            await _start_transfer(rt)
-        except ServeError as err:
-            rt.startup_error = err
-            raise
-        tasks = [asyncio.create_task(_housekeeping(rt))]
-        if rt.kv is not None:
-            tasks.append(asyncio.create_task(_pump_arrivals(rt)))
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            if rt.kv is not None:
-                await rt.kv.close()
-            rt.worker.stop()
-
-    app = FastAPI(lifespan=lifespan)
-    edge = rt.deployment.instance_edge  # the router's limits; only calls signed for us
-    gate = ControlGate(rt.transfer_config.secret, rt.spec.name)
-    app.add_middleware(
-        EdgeGuard, max_body_bytes=edge.max_body_bytes, body_timeout_s=edge.body_timeout_s, gate=gate
-    )
-
-    @app.exception_handler(ServeError)
-    async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
-        return _error(err)
-
-    @app.exception_handler(TransferError)
-    async def _transfer_error(_: Request, err: TransferError) -> JSONResponse:
-        return _error(_transfer_failure(err))
-
-    @app.get("/info")
-    async def info() -> p.InstanceInfo:
-        return rt.info
-
-    @app.get("/state")
-    async def state(since: int = 0) -> p.InstanceState:
-        return instance_state(rt, since)
-
-    @app.post("/tokenize")
-    async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
-        if body.chat is None:
-            ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
-        else:
-            ids = _encode_chat(rt.worker, body.chat)
-        return p.TokenizeResult(token_ids=ids)
-
-    @app.post("/detokenize")
-    async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:
-        check_vocabulary(rt, body.token_ids)
-        return p.DetokenizeResult(text=rt.worker.detokenize(body.token_ids))
-
-    @app.post("/prefill")
-    async def prefill(body: p.PrefillRequest) -> p.PrefillResult:
-        return await run_prefill(rt, body)
-
-    @app.post("/decode")
-    async def decode(body: p.DecodeRequest) -> StreamingResponse:
-        if rt.spec.role.is_prefill:
-            raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
-        check_vocabulary(rt, body.token_ids)
-        return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
-
-    @app.post("/cancel")
-    async def cancel(body: p.CancelRequest) -> p.CancelResult:
-        return cancel_request(rt, body.request_id)
-
-    @app.post("/role")
-    async def role(body: p.RoleRequest) -> p.InstanceInfo:
-        return switch_role(rt, body)
-
-    @app.post("/cached")
-    async def cached(body: p.TokenizeResult) -> p.CachedResult:
-        """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not isinstance(rt.worker, CachedPrefixReporter):
-            return p.CachedResult(tokens=0)
-        loop = asyncio.get_running_loop()
-        return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))
-
-    @app.post("/prefix/send")
-    async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:
-        return await send_prefix(rt, body)
-
-    @app.post("/prefix/import")
-    async def prefix_import(body: p.PrefixImportRequest) -> p.PrefixImportResult:
-        return await import_prefix(rt, body)
-
-    return app
-
-
-def serve_instance(deployment: Deployment, name: str) -> None:
-    """Run one instance until SIGINT/SIGTERM."""
-    rt = build_runtime(deployment, name)
-    edge = deployment.instance_edge
-    config = edge_server_config(
-        build_app(rt),
-        host=rt.spec.host,
-        port=rt.spec.http_port,
-        header_timeout_s=edge.header_timeout_s,
-        keep_alive_timeout_s=edge.keep_alive_timeout_s,
-    )
+@asynccontextmanager
+async def running(rt: InstanceRuntime) -> AsyncIterator[None]:
+    """The instance's life: the backend and the transfer endpoints started, the arrival pump
+    and housekeeping running; on the way out all of them stopped. A start-up that fails is
+    kept in `rt.startup_error` (`instance_app.serve_instance` reports it)."""
     try:
-        uvicorn.Server(config).run()
-    except SystemExit:  # uvicorn's exit on a failed start-up, after logging the traceback
-        if rt.startup_error is not None:
-            raise rt.startup_error from None  # the CLI's one line and status 2
+        rt.worker.start()
+        await _start_transfer(rt)
+    except ServeError as err:
+        rt.startup_error = err
         raise
+    tasks = [asyncio.create_task(_housekeeping(rt))]
+    if rt.kv is not None:
+        tasks.append(asyncio.create_task(_pump_arrivals(rt)))
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        if rt.kv is not None:
+            await rt.kv.close()
+        rt.worker.stop()
