@@ -23,6 +23,7 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo --no-cache  # DESIGN.md's walls: [tool.importlinter]
 
 # The real-checkpoint tests need the SmolLM2 GGUF and the vLLM backend's tests need vLLM's venv:
 # `make test` installs both, so nothing skips.
@@ -32,7 +33,7 @@ test: lint gguf-model browser setup-vllm
 # The vLLM backend end to end alone (tests marked `vllm`, also part of `make test`).
 test-vllm: setup setup-vllm
 	$(BIN)/pytest -m vllm tests/serve/test_vllm_backend.py tests/serve/test_vllm_unknown_arch.py \
-		tests/serve/test_vllm_layer_kinds.py
+		tests/serve/test_vllm_layer_kinds.py tests/serve/test_vllm_kv_wire_secrecy.py
 
 # The dashboard test drives Debian's headless Chromium (tests/serve/test_dashboard.py).
 browser:

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from prfaas.serve.backends.vllm import vllm_environment, vllm_python
+from prfaas.serve.backends.vllm_child import vllm_environment, vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
     Backend,

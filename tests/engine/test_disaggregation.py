@@ -1,5 +1,5 @@
-"""Prefill on A, export layer by layer, bytes, import on B, decode on B (pain point 3: only
-what B lacks travels)."""
+"""Prefill on A, export layer by layer, bytes, import on B, decode on B (only what B lacks
+travels)."""
 
 from __future__ import annotations
 

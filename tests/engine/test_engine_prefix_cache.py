@@ -1,5 +1,6 @@
 """The pool-backed cache: cold and prefix-hit generation agree with transformers, resumed
-prefill matches a cold one, and a hit never comes without its state (pain point 1)."""
+prefill matches a cold one, and a hit never comes without its state (attention KV restored
+without it gives wrong output)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ SCHEME = HashScheme(block_tokens=4, model_fingerprint="m", seed=0)
 
 
 def test_hashes_are_pinned_so_router_and_engines_of_any_version_agree() -> None:
-    # A change here silently breaks every cross-process match (pain point 7): bump the
+    # A change here silently breaks every cross-process match (Dynamo PRs #1233, #2981): bump the
     # algorithm name in hashing.py if it is ever intended.
     assert SCHEME.root() == 0x46E2ADCBAA85E902
     assert SCHEME.hash_tokens([1, 2, 3, 4, 5, 6, 7, 8]) == (0x29059ACD5706F2D4, 0x50FF7E8DC000229C)

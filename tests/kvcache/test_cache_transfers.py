@@ -61,7 +61,8 @@ def test_a_transfer_outside_the_prompt_is_refused() -> None:
 
 def test_an_imported_request_caches_its_attention_blocks_but_publishes_no_snapshot() -> None:
     """A decode instance imports only the final state: it must not publish snapshots at
-    boundaries it never saw, or a later request would hit garbage (pain point 1)."""
+    boundaries it never saw, or a later request would hit garbage (attention KV restored without
+    its state gives wrong output)."""
     cache = make_cache(HYBRID)
     base = ext_request(cache, "imported", [1, 2, 3], num_tokens=14)
     request = CacheRequest(base.request_id, base.block_hashes, 14, takes_snapshots=False)

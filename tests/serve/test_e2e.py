@@ -366,8 +366,9 @@ def test_a_prefix_cached_at_pd_p_moves_to_prfaas_for_a_long_follow_up(
 def test_the_decode_instance_gets_only_the_kv_it_lacks(
     launcher: Launcher, client: openai.OpenAI
 ) -> None:
-    """Anchors pain point 3: the decode instance says which prefix it holds (`/cached`); the
-    prefill ships attention KV only from there (plus the final states). Same text."""
+    """Only what the decode side lacks travels: the decode instance says which prefix it holds
+    (`/cached`); the prefill ships attention KV only from there (plus the final states). Same
+    text."""
     prompt = "Decode keeps what it imported; only the tail travels again. " * 1  # PD-P
     first_text, first = _complete(client, prompt)
     second_text, second = _complete(client, prompt)

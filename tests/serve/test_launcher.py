@@ -19,7 +19,9 @@ from prfaas.serve.config import (
 )
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.launcher import Launcher
-from prfaas.transfer import PeerAddress, TcpTransport, linkemu
+from prfaas.transfer import PeerAddress, TcpTransport, Transport, linkemu
+from prfaas.transfer.shaping import DelayedTransport, DualListenTransport, RoutedTransport
+from prfaas.transfer.shipping import Pacing, endpoint_transport
 
 
 def _deployment(shaping: LinkShaping, rtt_ms: float = 20.0) -> Deployment:
@@ -49,8 +51,9 @@ def test_token_bucket_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert link.shaping_reason is not None and "asks for the token bucket" in link.shaping_reason
     prfaas = up.deployment.instance("prfaas-0")
-    assert kvlink.token_bucket_bytes_per_s(up.deployment, prfaas) == 125e6
-    assert isinstance(kvlink.transports_for(up.deployment, prfaas), kvlink.DelayedTransport)
+    plan = kvlink.shipping_plan(up.deployment, prfaas, 2**20)
+    assert plan.send == Pacing(125e6, 20e-3)  # the token bucket and the RTT's write delay
+    assert isinstance(endpoint_transport(plan), DelayedTransport)
     up.stop()
 
 
@@ -92,18 +95,25 @@ def test_kernel_transports_route_prfaas_kv_into_the_namespaces() -> None:
     base = default_deployment()
     deployment = base.model_copy(update={"link": LinkSpec(netns=netns)})
     by_role = {i.role: i for i in deployment.instances}
-    prfaas = kvlink.transports_for(deployment, by_role[InstanceRole.PRFAAS_PREFILL])
-    assert isinstance(prfaas, kvlink.RoutedTransport)
+
+    def transport(role: InstanceRole) -> Transport:
+        return endpoint_transport(kvlink.shipping_plan(deployment, by_role[role], 2**20))
+
+    prfaas = transport(InstanceRole.PRFAAS_PREFILL)
+    assert isinstance(prfaas, RoutedTransport)
     decode = by_role[InstanceRole.PD_DECODE]
     assert prfaas._routes == {
         PeerAddress(decode.host, decode.transfer_port): PeerAddress("10.213.9.2", 0)
     }
-    assert isinstance(kvlink.transports_for(deployment, decode), kvlink.DualListenTransport)
+    assert isinstance(transport(InstanceRole.PD_DECODE), DualListenTransport)
     # a PD-P may be flipped to decode: it listens in the namespace too, and sends directly
-    pd_p = kvlink.transports_for(deployment, by_role[InstanceRole.PD_PREFILL])
-    assert isinstance(pd_p, kvlink.DualListenTransport)
+    pd_p = transport(InstanceRole.PD_PREFILL)
+    assert isinstance(pd_p, DualListenTransport)
     assert isinstance(pd_p._direct, TcpTransport)
-    assert kvlink.token_bucket_bytes_per_s(deployment, by_role[InstanceRole.PRFAAS_PREFILL]) is None
+    # no token bucket: the kernel shapes; a PD instance's moves are paced as the link
+    prfaas_plan = kvlink.shipping_plan(deployment, by_role[InstanceRole.PRFAAS_PREFILL], 2**20)
+    assert prfaas_plan.send == Pacing()
+    assert kvlink.shipping_plan(deployment, decode, 2**20).move == Pacing(125e6, 20e-3)
 
 
 @pytest.mark.parametrize("rtt_ms", [0.0, 20.0])

@@ -11,7 +11,7 @@ import pytest
 from prfaas.planner import load_scenario
 from prfaas.planner.scenario import AdmissionFile, LinkFile, RebalanceFile, SimulationFile
 from prfaas.scheduler import GlobalScheduler, RebalanceConfig, SchedulerConfig, assemble
-from prfaas.serve.admission import AdmissionSpec
+from prfaas.serve.admission_spec import AdmissionSpec
 from prfaas.serve.config import (
     InstanceRole,
     InstanceSpec,

@@ -23,7 +23,7 @@ from prfaas.serve.attempts import InstanceDown, InstanceFull, RequestFailed
 from prfaas.serve.config import default_deployment
 from prfaas.serve.errors import BadRequestError
 from prfaas.serve.flow import RouterRuntime, _prefill, tokenize
-from prfaas.serve.instance import _transfer_failure
+from prfaas.serve.instance_app import _transfer_failure
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.registry import Registry
 from prfaas.transfer.errors import AbortReason, TransferAbortedError

@@ -319,7 +319,9 @@ def test_the_shell_serves_what_the_probe_read(
     assert backend.info.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
     # the connector inside the child falls back to the same fingerprint
     digest = hashlib.sha256((model_dir / "config.json").read_bytes()).digest()
-    connector = ConnectorSettings(listen_host="127.0.0.1", listen_port=0)
+    command = backend.command()
+    transfer = json.loads(command[command.index("--kv-transfer-config") + 1])
+    connector = ConnectorSettings.model_validate(transfer["kv_connector_extra_config"])
     assert backend.info.peer.model_fingerprint == digest
     assert connector.peer_identity(str(model_dir), 64).model_fingerprint == digest
     # the converted tokenizer makes the output text

@@ -51,7 +51,7 @@ from vllm_helpers import (
     wait_ok,
 )
 
-from prfaas.serve.backends.vllm import vllm_python
+from prfaas.serve.backends.vllm_child import vllm_python
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import (
     ADMIN_TOKEN_ENV_VAR,

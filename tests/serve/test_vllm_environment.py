@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.serve.backends.vllm import vllm_environment
+from prfaas.serve.backends.vllm_child import vllm_environment
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.config import load_deployment
 from prfaas.serve.errors import DeploymentError

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prfaas.serve.backends.vllm import vllm_sampling
+from prfaas.serve.backends.vllm_api import vllm_sampling
 from prfaas.serve.completions import _sampling
 from prfaas.serve.openai_api import CompletionRequest, parse_body
 

@@ -16,6 +16,8 @@ MODULES = [
     "prfaas.serve.backends.vllm",
     "prfaas.serve.backends.vllm_events",
     "prfaas.serve.backends.vllm_arch",
+    "prfaas.serve.backends.vllm_api",
+    "prfaas.serve.backends.vllm_child",
 ]
 
 

@@ -146,81 +146,96 @@ def _run(config: BenchConfig, arrivals: Iterable[Arrival], total: int) -> BenchR
             )
 
 
+# The command's flags, one alias each (as `cli.output.FormatOption`).
+EndpointOption = Annotated[str, typer.Option("--endpoint", help="Server root or .../v1 URL.")]
+TraceOption = Annotated[Path | None, typer.Option("--trace", help="Mooncake JSONL trace.")]
+WorkloadOption = Annotated[
+    str | None,
+    typer.Option("--workload", help="Synthetic lengths, e.g. fixed:in=512,out=64 (docs/bench.md)."),
+]
+TimeScaleOption = Annotated[
+    float | None,
+    typer.Option(
+        "--time-scale",
+        help="Multiply trace gaps (0.5 = 2x rate), in (0, 1000].",
+        callback=checks.time_scale,
+    ),
+]
+RateOption = Annotated[
+    float | None,
+    typer.Option("--rate", help="Requests/s (default: all at once).", callback=checks.positive),
+]
+BurstinessOption = Annotated[
+    float | None,
+    typer.Option(
+        "--burstiness", help="Gamma shape: 1 Poisson, <1 bursty.", callback=checks.positive
+    ),
+]
+MaxConcurrencyOption = Annotated[
+    int,
+    typer.Option(
+        "--max-concurrency", help="Requests in flight at most.", callback=checks.positive_int
+    ),
+]
+GoodputOption = Annotated[
+    str | None, typer.Option("--goodput", help="SLOs in ms, e.g. ttft:2000,tpot:50.")
+]
+NumRequestsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--num-requests", help="Synthetic count / trace prefix.", callback=checks.positive_int
+    ),
+]
+ModelOption = Annotated[
+    str | None, typer.Option("--model", help="Model id (default: first in /v1/models).")
+]
+ApiOption = Annotated[Api, typer.Option("--api", help="completions (/v1/completions) or chat.")]
+TokenUnitOption = Annotated[
+    TokenUnit, typer.Option("--token-unit", help="byte (tiny presets) or word (BPE).")
+]
+SeedOption = Annotated[
+    int,
+    typer.Option("--seed", help="Lengths, gaps and prompt text.", callback=checks.non_negative_int),
+]
+TimeoutOption = Annotated[
+    float,
+    typer.Option("--timeout", help="Per-request limit (s).", callback=checks.positive),
+]
+DurationOption = Annotated[
+    float | None,
+    typer.Option(
+        "--duration",
+        help="End the run after S s; requests in flight are cut off.",
+        callback=checks.positive,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")]
+SaveOption = Annotated[Path | None, typer.Option("--save", help="Also write the JSON here.")]
+RecordsOption = Annotated[
+    Path | None, typer.Option("--records", help="Write one JSON line per request here.")
+]
+
+
 def command(
     *,
-    endpoint: Annotated[str, typer.Option("--endpoint", help="Server root or .../v1 URL.")],
-    trace: Annotated[Path | None, typer.Option("--trace", help="Mooncake JSONL trace.")] = None,
-    workload: Annotated[
-        str | None,
-        typer.Option(
-            "--workload", help="Synthetic lengths, e.g. fixed:in=512,out=64 (docs/bench.md)."
-        ),
-    ] = None,
-    time_scale: Annotated[
-        float | None,
-        typer.Option(
-            "--time-scale",
-            help="Multiply trace gaps (0.5 = 2x rate), in (0, 1000].",
-            callback=checks.time_scale,
-        ),
-    ] = None,
-    rate: Annotated[
-        float | None,
-        typer.Option("--rate", help="Requests/s (default: all at once).", callback=checks.positive),
-    ] = None,
-    burstiness: Annotated[
-        float | None,
-        typer.Option(
-            "--burstiness", help="Gamma shape: 1 Poisson, <1 bursty.", callback=checks.positive
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int,
-        typer.Option(
-            "--max-concurrency", help="Requests in flight at most.", callback=checks.positive_int
-        ),
-    ] = 256,
-    goodput: Annotated[
-        str | None, typer.Option("--goodput", help="SLOs in ms, e.g. ttft:2000,tpot:50.")
-    ] = None,
-    num_requests: Annotated[
-        int | None,
-        typer.Option(
-            "--num-requests", help="Synthetic count / trace prefix.", callback=checks.positive_int
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="Model id (default: first in /v1/models).")
-    ] = None,
-    api: Annotated[
-        Api, typer.Option("--api", help="completions (/v1/completions) or chat.")
-    ] = Api.COMPLETIONS,
-    token_unit: Annotated[
-        TokenUnit, typer.Option("--token-unit", help="byte (tiny presets) or word (BPE).")
-    ] = TokenUnit.BYTE,
-    seed: Annotated[
-        int,
-        typer.Option(
-            "--seed", help="Lengths, gaps and prompt text.", callback=checks.non_negative_int
-        ),
-    ] = 0,
-    timeout_s: Annotated[
-        float,
-        typer.Option("--timeout", help="Per-request limit (s).", callback=checks.positive),
-    ] = 600.0,
-    duration: Annotated[
-        float | None,
-        typer.Option(
-            "--duration",
-            help="End the run after S s; requests in flight are cut off.",
-            callback=checks.positive,
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")] = False,
-    save: Annotated[Path | None, typer.Option("--save", help="Also write the JSON here.")] = None,
-    records: Annotated[
-        Path | None, typer.Option("--records", help="Write one JSON line per request here.")
-    ] = None,
+    endpoint: EndpointOption,
+    trace: TraceOption = None,
+    workload: WorkloadOption = None,
+    time_scale: TimeScaleOption = None,
+    rate: RateOption = None,
+    burstiness: BurstinessOption = None,
+    max_concurrency: MaxConcurrencyOption = 256,
+    goodput: GoodputOption = None,
+    num_requests: NumRequestsOption = None,
+    model: ModelOption = None,
+    api: ApiOption = Api.COMPLETIONS,
+    token_unit: TokenUnitOption = TokenUnit.BYTE,
+    seed: SeedOption = 0,
+    timeout_s: TimeoutOption = 600.0,
+    duration: DurationOption = None,
+    as_json: JsonOption = False,
+    save: SaveOption = None,
+    records: RecordsOption = None,
     output_format: FormatOption = None,
 ) -> None:
     """Replay a Mooncake trace or synthetic load against an OpenAI-compatible endpoint and

@@ -1,9 +1,10 @@
 """Layer-wise cache export and its wire-ready byte form (paper section 3, layer pipelining).
 
 During the last prefill chunk, a forward hook on each decoder layer fires as soon as that layer
-is done with the whole prompt and hands its pieces to a callback as `ExportRecord`s: plain
-bytes plus (layer, group, token range, dtype, shape). Only what the receiver lacks travels
-(pain point 3): attention KV of tokens [from_block * B, n) and the final state at n.
+is done with the whole prompt and hands its pieces to a callback as `ExportRecord`s: plain bytes
+plus (layer, group, token range, dtype, shape). Only what the receiver lacks travels (KV the
+receiver holds would cross the link again for nothing): attention KV of tokens [from_block * B, n)
+and the final state at n.
 
     attention layer (GQA / MLA latent)  tokens [s, n), shape (n - s, Hk*Dk + Hv*Dv):
                                         per token its keys then its values, C order

@@ -3,7 +3,7 @@
 HomogeneousPdPolicy       every prefill on PD-P (the paper's homogeneous PD baseline)
 NaiveHeterogeneousPolicy  every prefill on PrfaaS (the paper's naive heterogeneous one)
 FixedThresholdPolicy      whole input length > t -> PrfaaS; no bandwidth, queue or cache
-                          awareness (what users asked to go beyond, pain point 4)
+                          awareness (the routing users asked to go beyond)
 DynamoConditionalPolicy   Dynamo's conditional disaggregation: remote prefill only when
                           the uncached length on the decode side exceeds t and the remote
                           prefill queue is not busy; otherwise local (here: PD-P)

@@ -37,7 +37,8 @@ class SchedulerConfig:
     """Timing models to estimate work and the short-timescale triggers.
 
     `load_slack`: bounded-load factor epsilon: cache affinity may pick an instance only if it
-    finishes the request within (1 + epsilon) of the earliest possible finish (pain point 6).
+    finishes the request within (1 + epsilon) of the earliest possible finish (so affinity never
+    piles requests onto a hot instance).
     `prfaas_surge_s`: PrfaaS queued work (s) above which a long request goes to PD-P if PD-P
     would finish it sooner. `dynamo_busy_s`: the Dynamo baseline's "prefill queue busy" bound.
     `burst_enter_s` / `burst_leave_s`: the work-conserving rule for short requests (below t):

@@ -2,7 +2,7 @@
 
 `DispatchLedger` records every dispatch the moment it is decided and forgets it when the host
 reports the stage done, so two requests arriving back to back never both see an idle instance
-(pain point 6: routers acting on stale instance counters). Prefill load is estimated seconds of
+(routers acting on stale instance counters: SGLang PR #27547). Prefill load is estimated seconds of
 queued prefill work; decode load is dispatched requests and reserved KV bytes.
 
 Prefill choice: cache affinity with bounded load. An instance's finish time for the request is

@@ -6,9 +6,9 @@ whether it accepts work, the inter-cluster link's signals, and the time as a num
 arrives as a `RouteRequest` carrying its restorable prefix on every prefill instance, as the
 global KVCache index (`prfaas.kvcache.GlobalKVCacheIndex`) answers it.
 
-Load is deliberately absent from `InstanceView`: instance-reported counters lag behind the
-router's own dispatches (pain point 6, SGLang PR #27547), so the scheduler counts load itself,
-at dispatch time (`scheduler.load.DispatchLedger`).
+Load is deliberately absent from `InstanceView`: instance-reported counters lag behind the router's
+own dispatches (routers acting on stale counters: SGLang PR #27547), so the scheduler counts load
+itself, at dispatch time (`scheduler.load.DispatchLedger`).
 
 `LinkView` is the scheduler's own type for link telemetry; the live router maps
 `prfaas.transfer.LinkSignals` onto it (the scheduler may not import `transfer`).

@@ -9,7 +9,7 @@ carries out its verdicts on the HTTP path:
               and is routed again, with the time it has waited, until it is admitted or
               rejected as `deferred-too-long`; prfaas:admission_deferrals_total counts waits
 
-Settings live in the deployment file under `router.admission` (`AdmissionSpec`); the TTFT
+Settings live in the deployment file under `router.admission` (`serve.admission_spec`); the TTFT
 objective is given there, since the router has no scenario SLO. On (`shed`) by default.
 """
 
@@ -20,9 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from fastapi.responses import JSONResponse
-from pydantic import ConfigDict, Field
 
-from prfaas.planner.scenario import DEFAULT_TTFT_SLO_S, AdmissionFile
 from prfaas.scheduler import (
     Deferral,
     Rejection,
@@ -33,16 +31,6 @@ from prfaas.serve.errors import NoCapacityError, ServeError
 
 if TYPE_CHECKING:
     from prfaas.serve.flow import RouterRuntime
-
-
-class AdmissionSpec(AdmissionFile):
-    """`router.admission` in the deployment file: the scenario files' admission schema (one set
-    of defaults, docs/scheduler.md) plus the TTFT objective, which a scenario gives in its
-    `slo` and a router has nowhere else. `scheduler.assemble` builds the policy from it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ttft_slo_s: float = Field(default=DEFAULT_TTFT_SLO_S, gt=0)
 
 
 class AdmissionRejectedError(ServeError):

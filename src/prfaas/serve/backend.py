@@ -108,7 +108,8 @@ class PrefixMover(Protocol):
     restorable prefix of a prompt as one `KvSlice` per group (token range [0, k*B), rows of
     pool units), and the target inserting such slices into its pool as cached blocks. It also
     answers what prefix a decode pool holds, and exports a prefill from a token on, so only
-    the attention KV the decode instance lacks is shipped (anchors pain point 3)."""
+    the attention KV the decode instance lacks is shipped (KV it holds would cross the link
+    again for nothing)."""
 
     def export_prefix(
         self, loop: asyncio.AbstractEventLoop, tokens: list[int], max_tokens: int

@@ -46,7 +46,7 @@ from pydantic import (
 
 from prfaas.planner.scenario import RebalanceFile
 from prfaas.scheduler import check_policy
-from prfaas.serve.admission import AdmissionSpec
+from prfaas.serve.admission_spec import AdmissionSpec
 from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
 from prfaas.specs.catalog import get_chip, model_names

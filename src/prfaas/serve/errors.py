@@ -58,7 +58,8 @@ class DeploymentError(ServeError):
 
 
 class IncompatibleInstanceError(ServeError):
-    """An instance whose cache identity differs from the index's (pain point 7)."""
+    """An instance whose cache identity differs from the index's (such a mismatch would
+    otherwise fail silently: Dynamo PRs #1233, #2981)."""
 
 
 class BadRequestError(ServeError):

@@ -4,15 +4,17 @@ The backend (`serve.backend`) is the `torch` engine on its own thread (`serve.wo
 `emulated` one (`serve.emulated`: no compute, no torch import), chosen per instance in the
 deployment file; this module sees only its torch-free items.
 
-Every instance owns a `Sender` and a `Receiver` writing into an `ArraySink`. The PrfaaS
-prefill role's sender goes through the emulated inter-cluster link (kernel-shaped in
-namespaces, or token bucket plus delay: `kvlink`); its receiver takes cached prefixes moved to
-it from the PD cluster. PD instances send over the local network and listen (in the receiver
-namespace too when kernel-shaped), so the router can flip them between `pd-prefill` and
-`pd-decode` at run time (`POST /role` once the instance is idle: the router drained it
-first; 409 while a prefill or decode call is still in progress). The role only decides which
-calls the instance takes: the backend does both. A PD instance also owns a `move_sender`
-paced like the link (token bucket plus delay) for prefixes it moves to the PrfaaS cluster.
+Every instance owns a `Sender` and a `Receiver` writing into an `ArraySink`, built from its
+`ShippingPlan` (`transfer.shipping`, resolved by `kvlink.shipping_plan`: the one KV shipping
+path, which the vLLM connector builds its endpoints from too). The PrfaaS prefill role's sender
+goes through the emulated inter-cluster link (kernel-shaped in namespaces, or token bucket
+plus delay); its receiver takes cached prefixes moved to it from the PD cluster. PD
+instances send over the local network and listen (in the receiver namespace too when
+kernel-shaped), so the router can flip them between `pd-prefill` and `pd-decode` at run time
+(`POST /role` once the instance is idle: the router drained it first; 409 while a prefill or
+decode call is still in progress). The role only decides which calls the instance takes: the
+backend does both. A PD instance also owns a `move_sender` paced like the link (token bucket
+plus delay) for prefixes it moves to the PrfaaS cluster.
 
     POST /prefill  run the prefill on the engine thread; stream every layer's slices to the
                    decode instance's receiver as soon as the layer is done; answer after the
@@ -33,8 +35,10 @@ Every call must be signed for this instance with the deployment's secret (`serve
 deployment's `instance_edge`); `/prefill` and `/prefix/send` connect only to transfer
 endpoints the deployment file names (`transfer_peer`: 400 for any other address).
 
-Lifecycle: `serve_instance` builds the backend (loads the model), starts it and the transfer
-endpoint, serves HTTP until SIGINT/SIGTERM (uvicorn), then closes all three. What an instance
+The HTTP routes themselves are in `serve.instance_app`; this module holds the runtime and the
+verbs they call. Lifecycle: `build_runtime` builds the backend (loads the model); `running`
+starts it and the transfer endpoint for as long as the app serves
+(`instance_app.serve_instance`: until SIGINT/SIGTERM), then closes both. What an instance
 holds for requests in progress is in `/state` `resources` (`serve.instance_state`): all 0
 when it is idle.
 """
@@ -47,11 +51,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
-
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from dataclasses import dataclass, field
 
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import (
@@ -64,7 +64,6 @@ from prfaas.serve.backend import (
     MovesOwnPrefixes,
     PrefillDone,
     PrefixMover,
-    RendersChat,
     ShipsOwnKv,
     Token,
     build_backend,
@@ -74,46 +73,31 @@ from prfaas.serve.config import (
     InstanceRole,
     InstanceSpec,
     transfer_secret,
-    transfer_tls,
 )
-from prfaas.serve.control_auth import ControlGate
-from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
     DeploymentError,
-    InstanceFailedError,
-    KvBufferFullError,
     NoCapacityError,
     ServeError,
 )
-from prfaas.serve.instance_state import instance_state
 from prfaas.serve.json_lines import json_line
 from prfaas.serve.kv_claims import KvClaims
-from prfaas.serve.kvlink import (
-    DelayedTransport,
-    link_probe_for,
-    token_bucket_bytes_per_s,
-    transports_for,
-)
+from prfaas.serve.kvlink import link_probe_for, shipping_plan
 from prfaas.serve.profile import PrefillTiming
 from prfaas.serve.running_calls import RunningCalls
 from prfaas.serve.stream_text import StreamedText
 from prfaas.transfer import (
-    ArraySink,
     PeerAddress,
-    Receiver,
     RequestId,
     Sender,
     SliceKey,
-    TcpTransport,
     TransferAborted,
     TransferConfig,
-    TransferError,
     TransferReceived,
 )
-from prfaas.transfer.errors import AbortReason, TransferAbortedError
 from prfaas.transfer.linkemu import RouteProbe
+from prfaas.transfer.shipping import KvEndpoints, ShippingPlan
 
 ARRIVAL_TIMEOUT_S = 60.0
 HOUSEKEEPING_PERIOD_S = 1.0
@@ -161,38 +145,20 @@ class InstanceRuntime:
     deployment: Deployment
     worker: InstanceBackend
     info: p.InstanceInfo
+    shipping: ShippingPlan  # how its KV endpoints are built (`kvlink.shipping_plan`)
     transfer_config: TransferConfig
-    sender: Sender | None = None
-    move_sender: Sender | None = None
-    receiver: Receiver | None = None
-    sink: ArraySink | None = None
-    claims: KvClaims | None = None  # arrived KV by request id (with `sink`)
+    kv: KvEndpoints | None = None  # None: the backend ships its own KV (`ShipsOwnKv`)
+    claims: KvClaims | None = None  # arrived KV by request id (in `kv.sink`)
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
     link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kvlink)
     activity: Activity = field(default_factory=Activity)
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 
 
-def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
-    """The chat's prompt ids: the engine's chat template, else a plain transcript (which
-    has none of the template's switches to honour)."""
-    if isinstance(worker, RendersChat):
-        return worker.encode_chat(chat)
-    asked = chat.switches_asked
-    if asked:
-        err = BadRequestError(
-            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
-            "a plain transcript (docs/serving.md)",
-            param=asked[0],
-        )
-        err.code = "unsupported_parameter"
-        raise err
-    return worker.encode(p.transcript(chat.messages))
-
-
 def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
     spec = deployment.instance(name)
-    transfer_tls(deployment)  # bad TLS files: a one-line error before the model loads
+    # bad TLS files: a one-line error before the model loads
+    shipping = shipping_plan(deployment, spec, SINK_BYTES)
     backend = build_backend(deployment, spec)
     facts = backend.info
     info = p.InstanceInfo(
@@ -216,16 +182,8 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         computes_logprobs=facts.computes_logprobs,
         chat_runs_to_context=facts.chat_runs_to_context,
     )
-    config = TransferConfig(
-        secret=transfer_secret(deployment),
-        num_connections=2,
-        max_frame_bytes=1 * 2**20,
-        max_bytes_in_flight=16 * 2**20,
-        rate_limit_bytes_per_s=token_bucket_bytes_per_s(deployment, spec),
-        rate_burst_bytes=1 * 2**20,
-        payload_checks=deployment.payload_checks,
-    )
-    return InstanceRuntime(spec, deployment, backend, info, config)
+    config = shipping.config(transfer_secret(deployment))
+    return InstanceRuntime(spec, deployment, backend, info, shipping, config)
 
 
 def _timing(facts: BackendInfo) -> p.TimingBody:
@@ -243,22 +201,13 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
 
 async def _start_transfer(rt: InstanceRuntime) -> None:
     if isinstance(rt.worker, ShipsOwnKv):
-        return  # its engine owns the transfer port (serve.backends.vllm)
-    identity = rt.worker.info.peer
-    transport = transports_for(rt.deployment, rt.spec)
+        return  # its engine owns the transfer port (serve.backends.vllm), from the same plan
     rt.link_probe = link_probe_for(rt.deployment, rt.spec)
-    rt.sender = Sender(rt.transfer_config, identity, transport)  # every role may prefill
-    if rt.spec.role is not InstanceRole.PRFAAS_PREFILL and rt.info.can_move_prefix:
-        link = rt.deployment.link
-        paced = replace(rt.transfer_config, rate_limit_bytes_per_s=link.rate_bytes_per_s)
-        delayed = DelayedTransport(TcpTransport(transfer_tls(rt.deployment)), link.rtt_ms / 1e3)
-        rt.move_sender = Sender(paced, identity, delayed)
-    rt.sink = ArraySink(SINK_BYTES)
-    rt.claims = KvClaims(rt.sink)
-    rt.receiver = Receiver(rt.transfer_config, identity, transport, rt.sink)
-    address = PeerAddress(rt.spec.host, rt.spec.transfer_port)
+    rt.kv = KvEndpoints.build(rt.shipping, rt.transfer_config.secret, rt.worker.info.peer)
+    rt.claims = KvClaims(rt.kv.sink)
+    address = rt.shipping.listen_address
     try:
-        await rt.receiver.start(address)
+        await rt.kv.listen(rt.shipping)
     except OSError as err:  # the port and the cause, in the CLI's one line
         raise DeploymentError(
             f"{rt.spec.name}: transfer_port: cannot listen on {address.host}:{address.port}: "
@@ -268,10 +217,11 @@ async def _start_transfer(rt: InstanceRuntime) -> None:
 
 async def _pump_arrivals(rt: InstanceRuntime) -> None:
     """Receiver events -> the claims ledger the /decode handlers wait on."""
-    assert rt.receiver is not None and rt.claims is not None
+    assert rt.kv is not None and rt.claims is not None
+    receiver = rt.kv.receiver
     while True:
-        await rt.receiver.wait_for_events()
-        for event in rt.receiver.take_events():
+        await receiver.wait_for_events()
+        for event in receiver.take_events():
             if isinstance(event, TransferReceived):
                 rt.claims.arrived(event.request_id)
             elif isinstance(event, TransferAborted):
@@ -285,9 +235,8 @@ async def _housekeeping(rt: InstanceRuntime) -> None:
         await asyncio.sleep(HOUSEKEEPING_PERIOD_S)
         if rt.claims is not None:
             rt.claims.expire()
-        for sender in (rt.sender, rt.move_sender):
-            if sender is not None:
-                sender.take_events()
+        for sender in rt.kv.senders if rt.kv is not None else ():
+            sender.take_events()
 
 
 async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillResult:
@@ -300,8 +249,8 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     try:
         if isinstance(rt.worker, ShipsOwnKv):
             return await rt.calls.run(body.request_id, rt.worker.prefill(body))
-        assert rt.sender is not None
-        return await rt.calls.run(body.request_id, _run_prefill(rt, rt.sender, peer, body))
+        assert rt.kv is not None
+        return await rt.calls.run(body.request_id, _run_prefill(rt, rt.kv.sender, peer, body))
     finally:
         rt.activity.prefill_ended()
 
@@ -454,8 +403,8 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
         finally:
             rt.activity.prefill_ended()
     mover = _mover(rt)
-    sender = rt.move_sender or rt.sender
-    assert sender is not None
+    assert rt.kv is not None
+    sender = rt.kv.move_sender
     rt.activity.prefill_started()  # the pool is read: keep a flip waiting
     try:
         slices = await mover.export_prefix(
@@ -522,130 +471,25 @@ def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
     return rt.info
 
 
-def _error(err: ServeError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status_code)
-
-
-def _transfer_failure(err: TransferError) -> ServeError:
-    """A full receive buffer on the decode side is room lacking now (503), not a failure."""
-    if isinstance(err, TransferAbortedError) and err.reason is AbortReason.OUT_OF_SPACE:
-        return KvBufferFullError(f"the decode side had no room for the KV: {err}")
-    return InstanceFailedError(f"KV transfer failed: {err}")
-
-
-def build_app(rt: InstanceRuntime) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        try:
-            rt.worker.start()
-            await _start_transfer(rt)
-        except ServeError as err:
-            rt.startup_error = err
-            raise
-        tasks = [asyncio.create_task(_housekeeping(rt))]
-        if rt.receiver is not None:
-            tasks.append(asyncio.create_task(_pump_arrivals(rt)))
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            if rt.sender is not None:
-                await rt.sender.close()
-            if rt.move_sender is not None:
-                await rt.move_sender.close()
-            if rt.receiver is not None:
-                await rt.receiver.close()
-            rt.worker.stop()
-
-    app = FastAPI(lifespan=lifespan)
-    edge = rt.deployment.instance_edge  # the router's limits; only calls signed for us
-    gate = ControlGate(rt.transfer_config.secret, rt.spec.name)
-    app.add_middleware(
-        EdgeGuard, max_body_bytes=edge.max_body_bytes, body_timeout_s=edge.body_timeout_s, gate=gate
-    )
-
-    @app.exception_handler(ServeError)
-    async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
-        return _error(err)
-
-    @app.exception_handler(TransferError)
-    async def _transfer_error(_: Request, err: TransferError) -> JSONResponse:
-        return _error(_transfer_failure(err))
-
-    @app.get("/info")
-    async def info() -> p.InstanceInfo:
-        return rt.info
-
-    @app.get("/state")
-    async def state(since: int = 0) -> p.InstanceState:
-        return instance_state(rt, since)
-
-    @app.post("/tokenize")
-    async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
-        if body.chat is None:
-            ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
-        else:
-            ids = _encode_chat(rt.worker, body.chat)
-        return p.TokenizeResult(token_ids=ids)
-
-    @app.post("/detokenize")
-    async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:
-        check_vocabulary(rt, body.token_ids)
-        return p.DetokenizeResult(text=rt.worker.detokenize(body.token_ids))
-
-    @app.post("/prefill")
-    async def prefill(body: p.PrefillRequest) -> p.PrefillResult:
-        return await run_prefill(rt, body)
-
-    @app.post("/decode")
-    async def decode(body: p.DecodeRequest) -> StreamingResponse:
-        if rt.spec.role.is_prefill:
-            raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
-        check_vocabulary(rt, body.token_ids)
-        return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
-
-    @app.post("/cancel")
-    async def cancel(body: p.CancelRequest) -> p.CancelResult:
-        return cancel_request(rt, body.request_id)
-
-    @app.post("/role")
-    async def role(body: p.RoleRequest) -> p.InstanceInfo:
-        return switch_role(rt, body)
-
-    @app.post("/cached")
-    async def cached(body: p.TokenizeResult) -> p.CachedResult:
-        """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not isinstance(rt.worker, CachedPrefixReporter):
-            return p.CachedResult(tokens=0)
-        loop = asyncio.get_running_loop()
-        return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))
-
-    @app.post("/prefix/send")
-    async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:
-        return await send_prefix(rt, body)
-
-    @app.post("/prefix/import")
-    async def prefix_import(body: p.PrefixImportRequest) -> p.PrefixImportResult:
-        return await import_prefix(rt, body)
-
-    return app
-
-
-def serve_instance(deployment: Deployment, name: str) -> None:
-    """Run one instance until SIGINT/SIGTERM."""
-    rt = build_runtime(deployment, name)
-    edge = deployment.instance_edge
-    config = edge_server_config(
-        build_app(rt),
-        host=rt.spec.host,
-        port=rt.spec.http_port,
-        header_timeout_s=edge.header_timeout_s,
-        keep_alive_timeout_s=edge.keep_alive_timeout_s,
-    )
+@asynccontextmanager
+async def running(rt: InstanceRuntime) -> AsyncIterator[None]:
+    """The instance's life: the backend and the transfer endpoints started, the arrival pump
+    and housekeeping running; on the way out all of them stopped. A start-up that fails is
+    kept in `rt.startup_error` (`instance_app.serve_instance` reports it)."""
     try:
-        uvicorn.Server(config).run()
-    except SystemExit:  # uvicorn's exit on a failed start-up, after logging the traceback
-        if rt.startup_error is not None:
-            raise rt.startup_error from None  # the CLI's one line and status 2
+        rt.worker.start()
+        await _start_transfer(rt)
+    except ServeError as err:
+        rt.startup_error = err
         raise
+    tasks = [asyncio.create_task(_housekeeping(rt))]
+    if rt.kv is not None:
+        tasks.append(asyncio.create_task(_pump_arrivals(rt)))
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        if rt.kv is not None:
+            await rt.kv.close()
+        rt.worker.stop()

@@ -66,14 +66,14 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
 
 def resources(rt: InstanceRuntime) -> p.ResourcesBody:
     """What requests in progress hold here (see the module docstring)."""
-    senders = [s for s in (rt.sender, rt.move_sender) if s is not None]
+    kv = rt.kv
     return p.ResourcesBody(
         held_pages=rt.worker.held_pages,
-        receive_pages=rt.sink.num_pages if rt.sink is not None else 0,
-        receive_pages_free=rt.sink.num_free_pages if rt.sink is not None else 0,
+        receive_pages=kv.sink.num_pages if kv is not None else 0,
+        receive_pages_free=kv.sink.num_free_pages if kv is not None else 0,
         unclaimed_kv=rt.claims.num_unclaimed if rt.claims is not None else 0,
-        incoming_transfers=rt.receiver.num_active_requests if rt.receiver is not None else 0,
-        outgoing_transfers=sum(s.num_active_transfers for s in senders),
+        incoming_transfers=kv.receiver.num_active_requests if kv is not None else 0,
+        outgoing_transfers=sum(s.num_active_transfers for s in kv.senders) if kv else 0,
         running_calls=len(rt.calls),
     )
 
@@ -81,4 +81,4 @@ def resources(rt: InstanceRuntime) -> p.ResourcesBody:
 def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
     if isinstance(rt.worker, ShipsOwnKv):
         return rt.worker.link_signals()
-    return rt.sender.link_signals() if rt.sender else []
+    return rt.kv.sender.link_signals() if rt.kv is not None else []

@@ -1,51 +1,34 @@
-"""Glue between the engine's layer-wise export and the transfer layer, plus link emulation.
+"""Glue between the engine's layer-wise export and the transfer layer, and the deployment's
+KV shipping plan.
 
 Prefill side: each `ExportRecord` becomes one slice, `SliceKey(layer, group, start, end)`, sent
 as soon as its layer is done. Decode side: the `Receiver` writes slices into an `ArraySink`;
 once a request is committed its slices are read back as `ExportRecord`s for `submit_import`.
 
-The PrfaaS -> PD link is emulated in one of two ways (`LinkSpec.shaping`, resolved by the
-launcher; `transports_for` builds the instance's side of it):
+`shipping_plan` resolves, once, what an instance's KV endpoints are built from
+(`transfer.shipping`: TLS, the link's shaping, the transfer knobs) for every backend: the
+instance shell builds the torch and emulated backends' endpoints from it, the vLLM backend
+hands it to its connector. The PrfaaS -> PD link is emulated in one of two ways
+(`LinkSpec.shaping`, resolved by the launcher; `transfer.shaping` draws both):
 
-- kernel (`link.netns` set): `prfaas up` built two network namespaces joined by a tbf-shaped
-  veth pair, or a TUN pair with the user-space `delayline` between them when the RTT is not 0
-  (`prfaas.transfer.linkemu`). Decode instances listen twice: on their host address (PD-P) and
-  in the receiver namespace (`DualListenTransport`); PrfaaS senders open sockets in the sender
-  namespace and reach a decode instance's `host:transfer_port` at `receiver_ip:transfer_port`
-  (`RoutedTransport`). No token bucket, no user-space write delay: the kernel does both.
+- kernel (`link.netns` set): a PrfaaS instance connects to the PD instances' transfer
+  endpoints from the sender namespace; a PD instance also listens in the receiver namespace.
+- token-bucket: a PrfaaS instance's sends go through the token bucket at the link's rate and
+  a write delay of one RTT.
 
-      prfaas-prefill ─socket in ns "<id>s"─► tbf ─veth/TUN(+delay)─► ns "<id>r" ─► pd-decode
-      pd-prefill     ─host network───────────────────────────────────────────────► pd-decode
-
-  Every PD instance (pd-prefill too: the router may flip it to pd-decode) listens both ways
-  and connects over the host network, so a flip needs no new socket.
-
-- token-bucket: the sender's token bucket caps the rate (`TransferConfig.rate_limit_bytes_per_s`)
-  and `DelayedTransport` holds every write for the link's RTT before it reaches the socket, in
-  order (a one-way delay of a full RTT on the data direction: ACKs come back undelayed, so a
-  transfer's completion sees one RTT, as on a real link).
+Either way a PD instance's cache moves, which cross the link to the PrfaaS cluster, leave
+through a second sender with the token bucket and the delay (no namespace route that way).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec, transfer_tls
-from prfaas.transfer import (
-    ArraySink,
-    Connection,
-    PeerAddress,
-    RequestId,
-    TcpInfo,
-    TcpTransport,
-    Transport,
-)
-from prfaas.transfer.errors import ConnectionLostError
-from prfaas.transfer.linkemu import RouteProbe, socket_in_netns
-from prfaas.transfer.transport import BeforeSend, Buffer, ConnectionHandler, Digest, Listener
+from prfaas.transfer import ArraySink, RequestId
+from prfaas.transfer.linkemu import RouteProbe
+from prfaas.transfer.shipping import Pacing, ReceiverNamespace, SenderNamespace, ShippingPlan
 
 
 def committed_records(sink: ArraySink, request_id: str) -> list[tuple[Any, ...]]:
@@ -55,144 +38,6 @@ def committed_records(sink: ArraySink, request_id: str) -> list[tuple[Any, ...]]
         (k.layer, k.group, k.token_start, k.token_end, meta.dtype, tuple(meta.shape), data)
         for k, (meta, data) in sorted(slices.items())
     ]
-
-
-class _DelayedConnection:
-    """Writes reach the inner connection `delay_s` after they were made, in order."""
-
-    def __init__(self, inner: Connection, delay_s: float) -> None:
-        self._inner = inner
-        self._delay_s = delay_s
-        self._queue: asyncio.Queue[tuple[float, list[bytes]]] = asyncio.Queue()
-        self._error: BaseException | None = None
-        self._pump = asyncio.get_running_loop().create_task(self._run())
-
-    @property
-    def peer_name(self) -> str:
-        return self._inner.peer_name
-
-    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
-        if self._error is not None:
-            raise ConnectionLostError(f"{self.peer_name}: {self._error}")
-        if before_send is not None:  # the parts are copied now: they must be complete
-            before_send()
-        due = asyncio.get_running_loop().time() + self._delay_s
-        self._queue.put_nowait((due, [bytes(p) for p in parts]))
-
-    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
-        await self._inner.read_into(view, digest)
-
-    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
-        for view in views:
-            await self.read_into(view, digest)
-
-    def tcp_info(self) -> TcpInfo | None:
-        return self._inner.tcp_info()
-
-    def close(self) -> None:
-        self._pump.cancel()
-        self._inner.close()
-
-    def abort(self) -> None:
-        self._pump.cancel()
-        self._inner.abort()
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due, parts = await self._queue.get()
-            wait_s = due - loop.time()
-            if wait_s > 0:
-                await asyncio.sleep(wait_s)
-            try:
-                await self._inner.write(parts)
-            except Exception as err:  # the reader side reports the loss
-                self._error = err
-                with contextlib.suppress(Exception):
-                    self._inner.abort()
-                return
-
-
-class DelayedTransport:
-    """A `Transport` whose outgoing connections add `delay_s` to every write."""
-
-    def __init__(self, inner: Transport, delay_s: float) -> None:
-        self._inner = inner
-        self._delay_s = delay_s
-
-    async def connect(self, address: PeerAddress) -> Connection:
-        conn = await self._inner.connect(address)
-        if self._delay_s <= 0:
-            return conn
-        return _DelayedConnection(conn, self._delay_s)
-
-    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
-        return await self._inner.listen(address, handler)
-
-
-class RoutedTransport:
-    """Connects to the addresses in `routes` through `shaped` (at the routed address), to every
-    other address through `direct`; listens through `direct`."""
-
-    def __init__(
-        self, routes: Mapping[PeerAddress, PeerAddress], shaped: Transport, direct: Transport
-    ) -> None:
-        self._routes = dict(routes)
-        self._shaped = shaped
-        self._direct = direct
-
-    async def connect(self, address: PeerAddress) -> Connection:
-        routed = self._routes.get(address)
-        if routed is None:
-            return await self._direct.connect(address)
-        return await self._shaped.connect(routed)
-
-    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
-        return await self._direct.listen(address, handler)
-
-
-class _BothListeners:
-    def __init__(self, primary: Listener, secondary: Listener) -> None:
-        self._primary = primary
-        self._secondary = secondary
-
-    @property
-    def address(self) -> PeerAddress:
-        return self._primary.address
-
-    async def close(self) -> None:
-        await self._secondary.close()
-        await self._primary.close()
-
-
-class DualListenTransport:
-    """Listens on the given address through `direct` and on the same port at `shaped_host`
-    through `shaped` (one handler for both); connects through `direct`."""
-
-    def __init__(self, direct: Transport, shaped: Transport, shaped_host: str) -> None:
-        self._direct = direct
-        self._shaped = shaped
-        self._shaped_host = shaped_host
-
-    async def connect(self, address: PeerAddress) -> Connection:
-        return await self._direct.connect(address)
-
-    async def listen(self, address: PeerAddress, handler: ConnectionHandler) -> Listener:
-        primary = await self._direct.listen(address, handler)
-        shaped_address = PeerAddress(self._shaped_host, primary.address.port)
-        try:
-            secondary = await self._shaped.listen(shaped_address, handler)
-        except BaseException:
-            await primary.close()
-            raise
-        return _BothListeners(primary, secondary)
-
-
-def token_bucket_bytes_per_s(deployment: Deployment, spec: InstanceSpec) -> float | None:
-    """The sender's rate cap: the link rate for a PrfaaS instance without kernel shaping."""
-    link = deployment.link
-    is_prfaas = spec.role is InstanceRole.PRFAAS_PREFILL
-    return link.rate_bytes_per_s if is_prfaas and not link.is_kernel_shaped else None
 
 
 def link_probe_for(deployment: Deployment, spec: InstanceSpec) -> RouteProbe | None:
@@ -206,26 +51,28 @@ def link_probe_for(deployment: Deployment, spec: InstanceSpec) -> RouteProbe | N
     return RouteProbe(link.netns.sender_netns, link.netns.receiver_ip)
 
 
-def transports_for(deployment: Deployment, spec: InstanceSpec) -> Transport:
-    """The transfer transport of instance `spec`: its end of the emulated link (see above),
-    every TCP connection in TLS when the deployment has `tls` (`config.transfer_tls`)."""
+def shipping_plan(deployment: Deployment, spec: InstanceSpec, sink_bytes: int) -> ShippingPlan:
+    """Instance `spec`'s KV shipping plan (module docstring); bad TLS files are a one-line
+    `DeploymentError` (`config.transfer_tls`)."""
     link = deployment.link
-    tls = transfer_tls(deployment)
-    if spec.role is InstanceRole.PRFAAS_PREFILL:
-        if link.netns is None:
-            return DelayedTransport(TcpTransport(tls), link.rtt_ms / 1e3)
-        sender_netns = link.netns.sender_netns
-        routes = {
-            PeerAddress(d.host, d.transfer_port): PeerAddress(
-                link.netns.receiver_ip, d.transfer_port
-            )
-            for d in deployment.instances
-            if d.role is not InstanceRole.PRFAAS_PREFILL  # a PD-P may be flipped to decode
-        }
-        shaped = TcpTransport(tls, socket_factory=lambda: socket_in_netns(sender_netns))
-        return RoutedTransport(routes, shaped, TcpTransport(tls))
+    paced = Pacing(link.rate_bytes_per_s, link.rtt_ms / 1e3)
+    plan = ShippingPlan(
+        listen_host=spec.host,
+        listen_port=spec.transfer_port,
+        payload_checks=deployment.payload_checks,
+        sink_bytes=sink_bytes,
+        tls=transfer_tls(deployment),
+    )
+    if spec.role is not InstanceRole.PRFAAS_PREFILL:
+        ns = link.netns
+        inside = None if ns is None else ReceiverNamespace(ns.receiver_netns, ns.receiver_ip)
+        return replace(plan, move=paced, receiver_netns=inside)
     if link.netns is None:
-        return TcpTransport(tls)
-    receiver_netns = link.netns.receiver_netns
-    shaped = TcpTransport(tls, socket_factory=lambda: socket_in_netns(receiver_netns))
-    return DualListenTransport(TcpTransport(tls), shaped, link.netns.receiver_ip)
+        return replace(plan, send=paced)
+    routed = tuple(
+        (d.host, d.transfer_port)
+        for d in deployment.instances
+        if d.role is not InstanceRole.PRFAAS_PREFILL  # a PD-P may be flipped to decode
+    )
+    netns = SenderNamespace(link.netns.sender_netns, link.netns.receiver_ip, routed)
+    return replace(plan, sender_netns=netns)

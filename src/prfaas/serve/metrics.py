@@ -86,7 +86,12 @@ class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.completed: deque[CompletedRequest] = deque(maxlen=MAX_COMPLETED)
-        r = self.registry
+        self._add_request_metrics(self.registry)
+        self._add_fleet_metrics(self.registry)
+        self._add_cache_move_metrics(self.registry)
+
+    def _add_request_metrics(self, r: CollectorRegistry) -> None:
+        """Latencies, routing decisions, KV bytes and hits, outcomes, admission."""
         self.ttft = Histogram(
             "prfaas:time_to_first_token_seconds",
             "Time to first token.",
@@ -127,6 +132,9 @@ class RouterMetrics:
         self.admission_deferrals = Counter(
             "prfaas:admission_deferrals", "Admission deferrals (waits).", registry=r
         )
+
+    def _add_fleet_metrics(self, r: CollectorRegistry) -> None:
+        """The link, the instances (load, role, health), the threshold and the slow loop."""
         self.egress = Gauge(
             "prfaas:link_egress_bytes_per_second", "Inter-cluster egress.", registry=r
         )
@@ -157,6 +165,12 @@ class RouterMetrics:
             ["instance", "to_role", "status"],
             registry=r,
         )
+        self.rebalance_actions = Counter(
+            "prfaas:rebalance_actions", "Slow-loop actions.", ["action", "reason"], registry=r
+        )
+
+    def _add_cache_move_metrics(self, r: CollectorRegistry) -> None:
+        """Cross-cluster prefix moves: outcomes, joins, bytes and tokens."""
         self.cache_moves = Counter(
             "prfaas:cache_moves", "Cross-cluster prefix moves.", ["status"], registry=r
         )
@@ -170,9 +184,6 @@ class RouterMetrics:
         )
         self.cache_move_tokens = Counter(
             "prfaas:cache_move_tokens", "Prefix tokens moved and restorable.", registry=r
-        )
-        self.rebalance_actions = Counter(
-            "prfaas:rebalance_actions", "Slow-loop actions.", ["action", "reason"], registry=r
         )
 
     def ended(self, outcome: str, status: int) -> None:

@@ -16,9 +16,10 @@
                                                  shipped to the target's transfer endpoint)
     POST /prefix/import PrefixImportRequest ->  PrefixImportResult (target: into its pool)
 
-`boot_id` changes on every start, so the router notices a restarted instance and re-registers
-it with a clean cache index (anchors pain point 8). Cache events carry a per-instance sequence
-number: the router pulls what it has not seen, in order (pull-based events, house style).
+`boot_id` changes on every start, so the router notices a restarted instance and re-registers it
+with a clean cache index (a restarted peer's stale entries would misroute: llm-d PR #2187). Cache
+events carry a per-instance sequence number: the router pulls what it has not seen, in order
+(pull-based events, house style).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The router's live view of the deployment: instances, their cache events, health, the link.
 
 The router pulls every instance's `/state` each `poll_interval_s` (load, new cache events in
-sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered
-with the global index, dropping what it held (pain point 8), and its `restarts` count grows.
+sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered with
+the global index, dropping what it held (stale entries of a restarted peer: llm-d PR #2187), and its
+`restarts` count grows.
 An instance that does not answer
 its poll, or whose call broke and then fails its health `probe` too (`serve.flow._judge`), is
 marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -159,8 +159,11 @@ def _refused(holder: dict[str, RouterRuntime], path: str, status: int) -> None:
         holder["rt"].metrics.ended("rejected" if status == 429 else "failed", status)
 
 
-def build_app(deployment: Deployment) -> FastAPI:
-    holder: dict[str, RouterRuntime] = {}
+def _lifespan(
+    deployment: Deployment, holder: dict[str, RouterRuntime]
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The router's life: its runtime in `holder` (for the routes), the registry, the loop
+    watch and the slow loop running while the app serves."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -188,7 +191,32 @@ def build_app(deployment: Deployment) -> FastAPI:
                     task.cancel()
                 await rt.slow_loop.close()
 
-    app = FastAPI(lifespan=lifespan)
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """prfaas's errors, admission's 429 and unknown routes, as OpenAI-style JSON."""
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status_code)
+
+    @app.exception_handler(AdmissionRejectedError)
+    async def _admission_rejected(_: Request, err: AdmissionRejectedError) -> JSONResponse:
+        return err.response()  # 429 with Retry-After
+
+    @app.exception_handler(404)
+    async def _not_found(_: Request, __: Exception) -> JSONResponse:
+        return JSONResponse(error_body("no such route", "invalid_request_error"), 404)
+
+    @app.exception_handler(405)
+    async def _not_allowed(_: Request, __: Exception) -> JSONResponse:
+        return JSONResponse(error_body("method not allowed", "invalid_request_error"), 405)
+
+
+def build_app(deployment: Deployment) -> FastAPI:
+    holder: dict[str, RouterRuntime] = {}
+    app = FastAPI(lifespan=_lifespan(deployment, holder))
     r = deployment.router
     app.add_middleware(  # innermost: counts requests whose body the edge has read
         InflightLimit,
@@ -208,21 +236,7 @@ def build_app(deployment: Deployment) -> FastAPI:
     def runtime() -> RouterRuntime:
         return holder["rt"]
 
-    @app.exception_handler(ServeError)
-    async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
-        return JSONResponse(err.body(), status_code=err.status_code)
-
-    @app.exception_handler(AdmissionRejectedError)
-    async def _admission_rejected(_: Request, err: AdmissionRejectedError) -> JSONResponse:
-        return err.response()  # 429 with Retry-After
-
-    @app.exception_handler(404)
-    async def _not_found(_: Request, __: Exception) -> JSONResponse:
-        return JSONResponse(error_body("no such route", "invalid_request_error"), 404)
-
-    @app.exception_handler(405)
-    async def _not_allowed(_: Request, __: Exception) -> JSONResponse:
-        return JSONResponse(error_body("method not allowed", "invalid_request_error"), 405)
+    _add_error_handlers(app)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

@@ -14,10 +14,10 @@
 Both nonces are fresh per connection, so a recorded exchange cannot be replayed, and each side
 proves the secret to the other before any KV moves. What a peer that does not know the secret
 learns: the protocol version, a session id and two random nonces. The compatibility facts
-(model fingerprint, block size, hash seed, payload-check flag) travel in AUTH, sent only to a
-server that proved the secret and covered by the client's MAC; the server compares them with
-its own (anchors pain point 7) and refuses a mismatch with a REJECT whose reason both sides
-raise as the same exception type.
+(model fingerprint, block size, hash seed, payload-check flag) travel in AUTH, sent only to a server
+that proved the secret and covered by the client's MAC; the server compares them with its own (a
+mismatch would otherwise fail silently: Dynamo PRs #1233, #2981) and refuses a mismatch with a
+REJECT whose reason both sides raise as the same exception type.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ not in unbounded socket buffers. An optional token bucket paces writes for link 
 
 Lifecycle: CONNECTING -> UP -> FAILED | CLOSED. Any connection's failure fails the whole link
 (the receiver aborts the same session's requests and frees their pages); the `Sender` opens a
-fresh link, with a fresh handshake, for the next transfer (anchors pain point 8).
+fresh link, with a fresh handshake, for the next transfer (never a stale peer's state: a
+restarted peer is a new session).
 """
 
 from __future__ import annotations

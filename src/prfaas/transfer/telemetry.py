@@ -80,9 +80,10 @@ class LinkSignals:
     """One peer link as the scheduler sees it (DESIGN.md: link signals).
 
     `egress_bytes_per_s` is measured from receiver acknowledgements over the last telemetry
-    window, so it is goodput into the decode pool, not bytes pushed into socket buffers.
-    Kernel fields aggregate over the peer's connections: RTTs are means, retransmissions and
-    delivery rates are sums. A silent fall onto a slow path (anchors pain point 5) shows up here.
+    window, so it is goodput into the decode pool, not bytes pushed into socket buffers. Kernel
+    fields aggregate over the peer's connections: RTTs are means, retransmissions and delivery rates
+    are sums. A silent fall onto a slow path (a transfer that still works, at a fraction of the
+    rate) shows up here.
     """
 
     peer: str

@@ -3,16 +3,9 @@
 A transport moves bytes; it knows nothing of frames. The sender and receiver are written against
 `Transport` / `Connection` only, so the same contract tests run over TCP and in memory.
 
-Plain TCP (`_SocketStream`) drives a blocking socket from two threads per connection, one per
-direction, so the event loop wakes once per frame rather than once per socket-buffer's worth:
-a write is one `sendmsg` of the header and the payload from their own buffers (no
-concatenation, no copy into a transport buffer), and a large read is one scatter
-`recvmsg_into(..., MSG_WAITALL)` straight into the destination pages; both release the GIL. Small
-reads (frame headers, ACKs) go through a staging buffer, from the event loop without blocking,
-waiting for readiness in the loop's own selector: no thread hand-off (two context switches)
-per frame header. Writes, even small ones, stay on the writer thread: a send must take the
-socket's lock, which the reader thread holds while it copies a payload, and the event loop
-must not wait for that. TLS (`_TcpStream`) is an
+Plain TCP (`transfer.socket_stream.SocketStream`) drives a blocking socket from two threads per
+connection, one per direction, so the event loop wakes once per frame, and reads payloads
+straight into the destination pages. TLS (`_TcpStream`) is an
 `asyncio.BufferedProtocol` that also reads payloads straight into the caller's pages.
 Implementations raise only OSError subclasses and `asyncio.IncompleteReadError`; `framing`
 translates those into the package's exception tree.
@@ -24,17 +17,13 @@ Lifecycle: `connect` / `listen` -> `read_into` / `readv_into` / `write` -> `clos
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import queue
 import socket
-import threading
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 from prfaas.transfer.config import TlsConfig
+from prfaas.transfer.socket_stream import NOTSENT_LOWAT_BYTES, STAGING_BYTES, SocketStream
 from prfaas.transfer.telemetry import TcpInfo, read_tcp_info
 
 Buffer = bytes | bytearray | memoryview
@@ -42,23 +31,7 @@ SocketFactory = Callable[[], socket.socket]
 # Runs just before a write's bytes go out, on the thread that sends them: where the framing
 # layer computes a payload check, off the event loop, right before the copy reads the same bytes.
 BeforeSend = Callable[[], None]
-STAGING_BYTES = 256 * 1024
 WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
-# Reads at least this large go to the connection's reader thread; smaller ones are done on the
-# event loop with non-blocking calls.
-DIRECT_READ_BYTES = 64 * 1024
-# A small read on the event loop takes at most this much beyond what was asked for: enough for
-# a frame header and a few ACKs behind it, too little to pull a payload's head through the
-# staging buffer (a copy the event loop would make while holding the GIL).
-READ_AHEAD_BYTES = 8 * 1024
-MAX_QUEUED_WRITES = 1
-ABORT_READ_WAIT_S = 1.0
-# TCP_NOTSENT_LOWAT: a connection's socket holds at most this much not-yet-sent data beyond
-# its congestion window; a write blocks until it has drained below it. Frames then wait in
-# the link's shared queue, not in one connection's socket buffer, so connections take frames
-# at the pace each really sends: none is left with a long private backlog to drain alone,
-# more slowly, at the end of a transfer (measured on a 5 Gbit/s 20 ms link, 4 connections).
-NOTSENT_LOWAT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -279,265 +252,6 @@ class _TcpStream(asyncio.BufferedProtocol):
             waiter.set_exception(ConnectionResetError(str(exc)))
 
 
-@dataclass(frozen=True, slots=True)
-class _Stop:
-    """Sentinel for an `_IoThread`: run `final` (if any), then exit."""
-
-    final: Callable[[], None] | None = None
-
-
-_Job = tuple[Callable[[], int], "asyncio.Future[int]"]
-
-
-class _IoThread:
-    """A daemon thread running one direction's blocking socket calls, in submission order.
-
-    Its own thread, not an executor's: a call blocked on a silent peer must neither hold up
-    another connection's calls nor interpreter exit."""
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, name: str, on_exit: Callable[[], None]
-    ) -> None:
-        self._loop = loop
-        self._jobs: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
-        self._on_exit = on_exit
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    def submit(self, call: Callable[[], int]) -> asyncio.Future[int]:
-        future: asyncio.Future[int] = self._loop.create_future()
-        self._jobs.put((call, future))
-        return future
-
-    def stop(self, final: Callable[[], None] | None = None) -> None:
-        self._jobs.put(_Stop(final))
-
-    def _run(self) -> None:
-        try:
-            while not isinstance(job := self._jobs.get(), _Stop):
-                call, future = job
-                try:
-                    outcome: int | Exception = call()
-                except Exception as exc:  # handed over to the awaiting coroutine
-                    outcome = exc
-                with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting
-                    self._loop.call_soon_threadsafe(_settle, future, outcome)
-            if job.final is not None:
-                job.final()
-        finally:
-            self._on_exit()
-
-
-def _retrieve(future: asyncio.Future[int]) -> None:
-    """A queued write's error also fails the next write or read; never log it as unretrieved."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _settle(future: asyncio.Future[int], outcome: int | Exception) -> None:
-    if future.done():  # the awaiting coroutine was cancelled
-        return
-    if isinstance(outcome, Exception):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
-
-
-class _SocketStream:
-    """Plain TCP over a blocking socket driven by a reader and a writer thread (module doc).
-
-    Page safety: `abort()` returns only once no `recv` can still be writing into a caller's
-    buffer, so a receiver may free (and reuse) the destination pages right after it."""
-
-    def __init__(
-        self,
-        sock: socket.socket,
-        loop: asyncio.AbstractEventLoop,
-        notsent_lowat_bytes: int | None = NOTSENT_LOWAT_BYTES,
-    ) -> None:
-        sock.setblocking(True)
-        # Small frames (ACKs, END) must not wait for Nagle's algorithm.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if notsent_lowat_bytes is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, notsent_lowat_bytes)
-        peer = sock.getpeername()
-        self.peer_name = f"{peer[0]}:{peer[1]}"
-        self._sock = sock
-        self._staging = memoryview(bytearray(STAGING_BYTES))
-        self._lo = self._hi = 0
-        self._closed: str | None = None
-        self._read_lock = threading.Lock()
-        self._writes: deque[asyncio.Future[int]] = deque()
-        self._loop = loop
-        # The socket is closed once nothing uses it: the two threads and, while one waits
-        # for readiness, the event loop's selector (closing a registered fd would let a new
-        # socket reuse its number under the old registration).
-        self._users = 2
-        self._exit_lock = threading.Lock()
-        self._reader = _IoThread(loop, f"tcp-read-{self.peer_name}", self._release)
-        self._writer = _IoThread(loop, f"tcp-write-{self.peer_name}", self._release)
-
-    async def read_into(self, view: memoryview, digest: Digest | None = None) -> None:
-        await self.readv_into([view], digest)
-
-    async def readv_into(self, views: Sequence[memoryview], digest: Digest | None = None) -> None:
-        rest = []
-        for view in views:  # bytes already staged come first
-            taken = self._take_staged(view)
-            if digest is not None and taken:
-                digest.update(view[:taken])
-            if taken < len(view):
-                rest.append(view[taken:])
-        if sum(len(view) for view in rest) < DIRECT_READ_BYTES:
-            for view in rest:
-                await self._read_small(view, digest)
-            return
-        if self._closed is not None:
-            raise ConnectionResetError(f"connection is {self._closed}")
-        want = sum(len(view) for view in rest)
-        got = await self._reader.submit(partial(self._recv_all, rest, digest))
-        if got < want:
-            raise asyncio.IncompleteReadError(b"", want)
-
-    async def _read_small(self, view: memoryview, digest: Digest | None) -> None:
-        """Fill a small `view` through the staging buffer, from the event loop."""
-        filled = self._take_staged(view)  # what the previous view's read brought along
-        if digest is not None and filled:
-            digest.update(view[:filled])
-        while filled < len(view):
-            if self._closed is not None:
-                raise ConnectionResetError(f"connection is {self._closed}")
-            rest = view[filled:]
-            free = self._staging[self._hi : self._hi + len(rest) + READ_AHEAD_BYTES]
-            if self._read_lock.locked():  # a cancelled read still runs: queue behind it
-                got = await self._reader.submit(partial(self._recv_some, free))
-            elif (ready := self._recv_ready(free)) is None:
-                await self._readable()
-                continue
-            else:
-                got = ready
-            if got == 0:
-                raise asyncio.IncompleteReadError(bytes(view[:filled]), len(view))
-            self._hi += got
-            taken = self._take_staged(rest)
-            if digest is not None:
-                digest.update(rest[:taken])
-            filled += taken
-
-    async def write(self, parts: Sequence[Buffer], before_send: BeforeSend | None = None) -> None:
-        if self._closed is not None:
-            raise ConnectionResetError(f"connection is {self._closed}")
-        views = [memoryview(part).cast("B") for part in parts]
-        written = self._writer.submit(partial(self._send_all, views, before_send))
-        written.add_done_callback(_retrieve)
-        # Double buffering: return while this write is queued behind the one being sent, so
-        # the writer thread always has the next frame at hand; wait only beyond that.
-        self._writes.append(written)
-        if len(self._writes) > MAX_QUEUED_WRITES:
-            await asyncio.wait([self._writes[0]])  # not `await`: cancelling us must not cancel it
-        while self._writes and self._writes[0].done():
-            self._writes.popleft().result()  # a failed write raises here
-
-    def tcp_info(self) -> TcpInfo | None:
-        return read_tcp_info(self._sock)
-
-    def close(self) -> None:
-        """Orderly: writes already queued still go out, then both directions shut down."""
-        if self._closed is None:
-            self._closed = "closed"
-            self._writer.stop(final=self._shutdown)
-            self._reader.stop()
-
-    def abort(self) -> None:
-        if self._closed is None:
-            self._closed = "aborted"
-            self._writer.stop()
-            self._reader.stop()
-        self._shutdown()  # wakes both threads out of blocking calls
-        if self._read_lock.acquire(timeout=ABORT_READ_WAIT_S):
-            self._read_lock.release()
-
-    # -- run on the I/O threads ---------------------------------------------------------------
-    def _recv_all(self, views: list[memoryview], digest: Digest | None) -> int:
-        """Fill `views` in order (one `recvmsg_into`, MSG_WAITALL, per wake-up), feeding
-        `digest` as bytes land; fewer bytes than asked = end of stream (or an abort)."""
-        with self._read_lock:
-            got = 0
-            while views and self._closed != "aborted":
-                n = self._sock.recvmsg_into(views, 0, socket.MSG_WAITALL)[0]
-                if n == 0:
-                    break
-                got += n
-                while n:
-                    head = views[0]
-                    size = min(n, len(head))
-                    if digest is not None:
-                        digest.update(head[:size])
-                    n -= size
-                    if size == len(head):
-                        views.pop(0)
-                    else:
-                        views[0] = head[size:]
-            return got
-
-    def _recv_some(self, view: memoryview) -> int:
-        """Whatever has arrived (blocking until something has); 0 = end of stream."""
-        with self._read_lock:
-            return 0 if self._closed == "aborted" else self._sock.recv_into(view)
-
-    def _send_all(self, views: list[memoryview], before_send: BeforeSend | None) -> int:
-        if before_send is not None:
-            before_send()
-        total = sum(len(v) for v in views)
-        while views:
-            sent = self._sock.sendmsg(views)
-            while views and sent >= len(views[0]):
-                sent -= len(views.pop(0))
-            if views:
-                views[0] = views[0][sent:]
-        return total
-
-    def _shutdown(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-
-    def _release(self) -> None:
-        with self._exit_lock:
-            self._users -= 1
-            if self._users == 0:
-                self._sock.close()
-
-    # -- run on the event loop ----------------------------------------------------------------
-    def _recv_ready(self, view: memoryview) -> int | None:
-        """What has already arrived, read without blocking; None when nothing has."""
-        try:
-            return self._sock.recv_into(view, 0, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return None
-
-    async def _readable(self) -> None:
-        """Wait, in the event loop's selector, until the socket has data or an end."""
-        with self._exit_lock:
-            if self._users == 0:
-                raise ConnectionResetError("connection is closed")
-            self._users += 1
-        fd = self._sock.fileno()
-        ready = self._loop.create_future()
-        self._loop.add_reader(fd, _settle, ready, 0)
-        try:
-            await ready
-        finally:
-            self._loop.remove_reader(fd)
-            self._release()
-
-    def _take_staged(self, view: memoryview) -> int:
-        size = min(self._hi - self._lo, len(view))
-        view[:size] = self._staging[self._lo : self._lo + size]
-        self._lo += size
-        if self._lo == self._hi:
-            self._lo = self._hi = 0
-        return size
-
-
 class _SocketListener:
     def __init__(
         self, sock: socket.socket, handler: ConnectionHandler, notsent_lowat_bytes: int | None
@@ -562,7 +276,7 @@ class _SocketListener:
             except ConnectionError:
                 continue  # the peer gave up before we got to it
             try:
-                stream = _SocketStream(conn, self._loop, self._notsent_lowat_bytes)
+                stream = SocketStream(conn, self._loop, self._notsent_lowat_bytes)
             except OSError:  # reset between accept and setup (no peer name any more)
                 conn.close()
                 continue
@@ -570,7 +284,7 @@ class _SocketListener:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, stream: _SocketStream) -> None:
+    async def _serve(self, stream: SocketStream) -> None:
         try:
             await self._handler(stream)
         finally:
@@ -623,7 +337,7 @@ class TcpTransport:
         sock = await self._connected_socket(address)
         if self._tls is None:
             try:
-                return _SocketStream(sock, loop, self._notsent_lowat_bytes)
+                return SocketStream(sock, loop, self._notsent_lowat_bytes)
             except OSError:
                 sock.close()
                 raise

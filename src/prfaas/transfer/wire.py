@@ -175,7 +175,8 @@ class _Reader:
 
 @dataclass(frozen=True, slots=True)
 class PeerIdentity:
-    """What two peers must agree on (anchors pain point 7): same model, block size, hash seed."""
+    """What two peers must agree on: same model, block size, hash seed (a mismatch would
+    otherwise fail silently: Dynamo PRs #1233, #2981)."""
 
     model_fingerprint: bytes
     block_size_tokens: int

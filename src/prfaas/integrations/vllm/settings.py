@@ -14,42 +14,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError
-from prfaas.transfer import PeerIdentity, TlsConfig, checkpoint_fingerprint, identity_for
+from prfaas.transfer import PeerIdentity, checkpoint_fingerprint, identity_for
+from prfaas.transfer.shipping import ShippingPlan
 
 CONNECTOR_CLASS = "PrfaasConnector"
 CONNECTOR_MODULE = "prfaas.integrations.vllm.connector"
 
 
-class TlsFiles(BaseModel):
-    """The deployment's TLS files (`serve.config.transfer_tls`, checked by the shell before the
-    engine starts): paths only, so vLLM's logged config holds no key material."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    cert_file: str
-    key_file: str
-    ca_file: str
-    server_hostname: str
-
-    def config(self) -> TlsConfig:
-        return TlsConfig(self.cert_file, self.key_file, self.ca_file, self.server_hostname)
-
-
 class ConnectorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    listen_host: str
-    listen_port: int = Field(ge=0, le=65535)
+    # how this instance ships and receives KV: the deployment's one shipping path (TLS, the
+    # link's shaping, the transfer knobs), resolved by the shell (`serve.kvlink.shipping_plan`)
+    shipping: ShippingPlan
     secret_env: str = "PRFAAS_TRANSFER_SECRET"
-    payload_checks: bool = True
-    rate_limit_bytes_per_s: float | None = Field(default=None, gt=0)  # PrfaaS: the link
-    move_rate_limit_bytes_per_s: float | None = Field(default=None, gt=0)  # PD: the link
     hash_seed: int = 0
-    sink_mib: int = Field(default=256, gt=0)
     staged_ttl_s: float = Field(default=120.0, gt=0)
     load_timeout_s: float = Field(default=60.0, gt=0)
     status_path: str | None = None
-    tls: TlsFiles | None = None  # every transfer connection in TLS, as the instance shell's
 
     def peer_identity(self, model_dir: str, block_tokens: int) -> PeerIdentity:
         """Model fingerprint (prfaas's, from config.json; for a model_type prfaas's reader

@@ -3,9 +3,11 @@
 vLLM calls the connector from its model-runner thread, synchronously, between and inside
 forward passes; prfaas's transfer layer is asyncio. `TransferIO` owns one event loop on a
 daemon thread with one `Sender` (every role may prefill) and one `Receiver` writing into an
-`ArraySink` (every role may decode: a PD instance can be flipped), all with the deployment's
-secret, payload checks and, for a PrfaaS prefill, the link's token bucket. A PD instance has
-a second sender paced by the link for cache moves (`is_move`), which cross the clusters.
+`ArraySink` (every role may decode: a PD instance can be flipped), built from the
+deployment's `ShippingPlan` exactly as the instance shell builds its own
+(`transfer.shipping`: TLS, payload checks and, for a PrfaaS prefill, the link's token bucket
+and RTT or its kernel-shaped namespaces). A PD instance has a second sender paced by the
+link for cache moves (`is_move`), which cross the clusters.
 
 Prefill side (`send_slice`, `finish`, `abort`): each request's operations run in order on
 one task per transfer, so the model-runner thread only queues and returns (layer-wise
@@ -30,25 +32,21 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from prfaas.transfer import (
-    ArraySink,
     PeerAddress,
     PeerIdentity,
-    Receiver,
     RequestId,
     Sender,
     SliceKey,
     SliceMeta,
-    TcpTransport,
-    TlsConfig,
     TransferAborted,
-    TransferConfig,
     TransferReceived,
 )
+from prfaas.transfer.shipping import KvEndpoints, ShippingPlan
 
 T = TypeVar("T")
 
@@ -85,19 +83,11 @@ class _Arrival:
 
 @dataclass(slots=True)
 class IoSettings:
-    listen_host: str
-    listen_port: int
+    plan: ShippingPlan  # the deployment's one KV shipping path (`transfer.shipping`)
     secret: bytes
-    payload_checks: bool
-    rate_limit_bytes_per_s: float | None
-    sink_bytes: int
-    status_path: str | None
-    move_rate_limit_bytes_per_s: float | None = None  # PD: moves cross the link
+    status_path: str | None = None
     staged_ttl_s: float = 120.0
-    tls: TlsConfig | None = None
     status_interval_s: float = 0.5
-    num_connections: int = 2
-    timings: list[TransferTiming] = field(default_factory=list)
     cache_layout: list[dict[str, Any]] = field(default_factory=list)  # reported as it is
 
 
@@ -138,26 +128,8 @@ class TransferIO:
 
     async def _start(self) -> None:
         s = self._settings
-        config = TransferConfig(
-            secret=s.secret,
-            num_connections=s.num_connections,
-            max_frame_bytes=1 * 2**20,
-            max_bytes_in_flight=16 * 2**20,
-            rate_limit_bytes_per_s=s.rate_limit_bytes_per_s,
-            rate_burst_bytes=1 * 2**20,
-            payload_checks=s.payload_checks,
-        )
-        receive_config = TransferConfig(
-            secret=s.secret, num_connections=s.num_connections, payload_checks=s.payload_checks
-        )
-        self.sink = ArraySink(s.sink_bytes)
-        self.sender = Sender(config, self._identity, TcpTransport(s.tls))
-        self.move_sender = self.sender
-        if s.move_rate_limit_bytes_per_s is not None:
-            paced = replace(config, rate_limit_bytes_per_s=s.move_rate_limit_bytes_per_s)
-            self.move_sender = Sender(paced, self._identity, TcpTransport(s.tls))
-        self.receiver = Receiver(receive_config, self._identity, TcpTransport(s.tls), self.sink)
-        await self.receiver.start(PeerAddress(s.listen_host, s.listen_port))
+        self.endpoints = KvEndpoints.build(s.plan, s.secret, self._identity)
+        await self.endpoints.listen(s.plan)
         self._tasks = [
             asyncio.create_task(self._pump_arrivals()),
             asyncio.create_task(self._write_status()),
@@ -175,10 +147,7 @@ class TransferIO:
         async def shut() -> None:
             for task in self._tasks:
                 task.cancel()
-            await self.sender.close()
-            if self.move_sender is not self.sender:
-                await self.move_sender.close()
-            await self.receiver.close()
+            await self.endpoints.close()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shut(), self._loop).result(timeout=5)
@@ -236,7 +205,8 @@ class TransferIO:
             self._outgoing[transfer_id] = out
             self._timings.append(out.timing)
             del self._timings[:-256]
-            sender = self.move_sender if is_move else self.sender
+            kv = self.endpoints
+            sender = kv.move_sender if is_move else kv.sender
             task = asyncio.create_task(self._drive(sender, transfer_id, peer, out))
             self._drivers.add(task)
             task.add_done_callback(self._drivers.discard)
@@ -278,8 +248,8 @@ class TransferIO:
 
     async def _pump_arrivals(self) -> None:
         while True:
-            await self.receiver.wait_for_events()
-            for event in self.receiver.take_events():
+            await self.endpoints.receiver.wait_for_events()
+            for event in self.endpoints.receiver.take_events():
                 if isinstance(event, TransferReceived):
                     self._arrivals[event.request_id] = _Arrival(
                         self._now(), True, payload_bytes=event.payload_bytes
@@ -294,7 +264,7 @@ class TransferIO:
             if arrival.at_s < horizon:
                 del self._arrivals[transfer_id]
                 if arrival.ok:
-                    self.sink.release(RequestId(transfer_id))
+                    self.endpoints.sink.release(RequestId(transfer_id))
 
     def poll_arrival(self, transfer_id: str) -> tuple[bool, str] | None:
         """None while `transfer_id` is not in; (True, "") committed; (False, why) aborted."""
@@ -312,8 +282,8 @@ class TransferIO:
             arrival = self._arrivals.pop(transfer_id, None)
             if arrival is None or not arrival.ok:
                 return {}
-            slices = self.sink.committed(RequestId(transfer_id))
-            self.sink.release(RequestId(transfer_id))
+            slices = self.endpoints.sink.committed(RequestId(transfer_id))
+            self.endpoints.sink.release(RequestId(transfer_id))
             return slices
 
         return self.call(take)
@@ -328,11 +298,11 @@ class TransferIO:
         return {
             "pid": os.getpid(),
             "at_s": self._now(),
-            "links": [asdict(link) for link in self.sender.link_signals()],
-            "active_receives": self.receiver.num_active_requests,
+            "links": [asdict(link) for link in self.endpoints.sender.link_signals()],
+            "active_receives": self.endpoints.receiver.num_active_requests,
             "staged_transfers": sum(1 for a in self._arrivals.values() if a.ok),
-            "sink_free_pages": self.sink.num_free_pages,
-            "sink_total_pages": self.sink.num_pages,
+            "sink_free_pages": self.endpoints.sink.num_free_pages,
+            "sink_total_pages": self.endpoints.sink.num_pages,
             "sending": sum(1 for o in self._outgoing.values() if not o.done),
             "transfers": [asdict(t) for t in self._timings],
             "cache_layout": self._settings.cache_layout,

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -55,22 +54,33 @@ from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
 from prfaas.serve.backends.child_log import exit_report, log_path, spawn_logged
+from prfaas.serve.backends.vllm_api import (
+    child_error,
+    choices,
+    gauges,
+    logprobs,
+    vllm_sampling,
+)
 from prfaas.serve.backends.vllm_arch import (
     engine_refusal,
     layout_mismatch,
     model_from_probe,
     run_probe,
 )
+from prfaas.serve.backends.vllm_child import (
+    ChildPorts,
+    serve_command,
+    signal_group,
+    vllm_environment,
+    vllm_python,
+)
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
-from prfaas.serve.backends.vllm_spec import VllmSpec
 from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
 from prfaas.serve.config import (
     Deployment,
-    InstanceRole,
     InstanceSpec,
     free_port,
     transfer_secret,
-    transfer_tls,
 )
 from prfaas.serve.errors import (
     BadRequestError,
@@ -90,31 +100,6 @@ MAX_EVENT_LOG = 200_000
 METRICS_INTERVAL_S = 0.5
 STOP_GRACE_S = 10.0
 LAYOUT_TIMEOUT_S = 30.0  # the connector's status file, once vLLM answers /health
-CHILD_ENV = {
-    "VLLM_NO_USAGE_STATS": "1",
-    "VLLM_HOST_IP": "127.0.0.1",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-
-
-def vllm_environment(settings: VllmSpec) -> dict[str, str]:
-    """The environment of a `vllm serve` child: this process's, vLLM's fixed settings, and
-    the deployment's cache size and CPU placement."""
-    return {
-        **os.environ,
-        **CHILD_ENV,
-        "VLLM_CPU_KVCACHE_SPACE": str(settings.kv_cache_gib),
-        "VLLM_CPU_OMP_THREADS_BIND": settings.cpu_threads_bind,
-    }
-
-
-def vllm_python() -> Path:
-    """The vLLM venv's interpreter: `$PRFAAS_VLLM_PYTHON`, else the repository's .venv-vllm."""
-    configured = os.environ.get("PRFAAS_VLLM_PYTHON")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[4] / ".venv-vllm" / "bin" / "python"
 
 
 class VllmBackend:
@@ -217,55 +202,8 @@ class VllmBackend:
 
     def command(self) -> list[str]:
         """`vllm serve` for this instance, with the connector and the KV event publisher."""
-        spec, d = self._spec, self._deployment
-        extra: dict[str, Any] = {
-            "listen_host": spec.host,
-            "listen_port": spec.transfer_port,
-            "secret_env": SECRET_ENV_VAR,
-            "payload_checks": d.payload_checks,
-            "hash_seed": d.hash_seed,
-            "status_path": str(self._status_path),
-            # a transfer whose decode never came (its router gave up) is dropped after this
-            "staged_ttl_s": d.router.request_timeout_s,
-            "load_timeout_s": d.router.request_timeout_s,
-        }
-        tls = transfer_tls(d)
-        if tls is not None:  # the connector's transfers in TLS, as the shell's
-            extra["tls"] = dataclasses.asdict(tls)
-        if spec.role is InstanceRole.PRFAAS_PREFILL:
-            extra["rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
-        else:  # a PD instance's cache moves cross the link
-            extra["move_rate_limit_bytes_per_s"] = d.link.rate_bytes_per_s
-        transfer = {
-            "kv_connector": "PrfaasConnector",
-            "kv_connector_module_path": "prfaas.integrations.vllm.connector",
-            "kv_role": "kv_both",
-            "kv_connector_extra_config": extra,
-        }
-        events = {
-            "enable_kv_cache_events": True,
-            "publisher": "zmq",
-            "endpoint": f"tcp://{spec.host}:{self.events_port}",
-            "topic": "kv-events",
-        }
-        s = self._settings
-        return [
-            str(self.python), "-m", "prfaas.integrations.vllm.serve_main", "serve",
-            str(self.model_dir),
-            "--host", spec.host,
-            "--port", str(self.port),
-            "--served-model-name", d.model_name,
-            "--enforce-eager",
-            "--max-model-len", str(s.max_model_len),
-            "--max-num-seqs", str(spec.max_batch_size),
-            "--enable-prefix-caching",  # hybrid models: vLLM's "align" mamba cache mode
-            "--enable-prompt-tokens-details",
-            "--disable-uvicorn-access-log",  # the shell polls it twice a second; the router logs
-            "--kv-transfer-config", json.dumps(transfer),
-            "--kv-events-config", json.dumps(events),
-            *(["--dtype", s.dtype] if s.dtype else []),
-            *s.extra_args,
-        ]  # fmt: skip
+        ports = ChildPorts(self.port, self.events_port, self._status_path)
+        return serve_command(self.python, self.model_dir, self._deployment, self._spec, ports)
 
     def start(self) -> None:
         """Start the child and wait until it serves (vLLM needs ~30-100 s on 2 cores)."""
@@ -309,10 +247,10 @@ class VllmBackend:
         self._subscriber.stop()
         child = self._child
         if child is not None:
-            _signal_group(child, signal.SIGTERM)
+            signal_group(child, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=STOP_GRACE_S)
-            _signal_group(child, signal.SIGKILL)  # engine-core processes left behind, if any
+            signal_group(child, signal.SIGKILL)  # engine-core processes left behind, if any
             child.wait()
         self._port_hold.close()
         self._status_path.unlink(missing_ok=True)
@@ -329,7 +267,7 @@ class VllmBackend:
                 return
             with contextlib.suppress(httpx.HTTPError):
                 text = (await self._client.get(self.url + "/metrics", timeout=2.0)).text
-                metrics = _gauges(text)
+                metrics = gauges(text)
                 self.num_running = int(metrics.get("vllm:num_requests_running", 0))
                 self.num_waiting = int(metrics.get("vllm:num_requests_waiting", 0))
                 used = metrics.get("vllm:kv_cache_usage_perc", 0.0)
@@ -357,7 +295,7 @@ class VllmBackend:
         body = {"model": self._deployment.model_name, **chat.model_dump(exclude_none=True)}
         response = self._sync.post(self.url + "/tokenize", json=body)
         if response.status_code != 200:
-            raise _child_error(response)  # e.g. a model without a chat template: a 400
+            raise child_error(response)  # e.g. a model without a chat template: a 400
         return list(response.json()["tokens"])
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
@@ -368,31 +306,6 @@ class VllmBackend:
         return str(response.json()["prompt"])
 
     # --- prefill -----------------------------------------------------------------------
-
-    def _logprobs(self, choice: dict[str, Any], num_top: int | None) -> list[p.Logprob | None]:
-        """A choice's per-token logprobs (vLLM's completions shape, token ids as keys) as
-        ours, named with the model's tokenizer; Nones when none were asked for."""
-        raw = choice.get("logprobs")
-        count = len(choice.get("token_ids") or [])
-        if num_top is None or not raw:
-            return [None] * count
-
-        def named(key: str, value: float) -> p.TopLogprob:
-            token_id = int(key.removeprefix("token_id:"))
-            text = self._tokenizer.decode([token_id], skip_special_tokens=False)
-            return p.TopLogprob(
-                token_id=token_id, token=text, bytes=list(text.encode()), logprob=value
-            )
-
-        out: list[p.Logprob | None] = []
-        for key, value, top in zip(
-            raw["tokens"], raw["token_logprobs"], raw["top_logprobs"], strict=True
-        ):
-            best = sorted(top.items(), key=lambda item: -item[1])[:num_top]
-            out.append(
-                p.Logprob(**named(key, value).model_dump(), top=[named(k, v) for k, v in best])
-            )
-        return out
 
     async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult:
         """Prefill on the child; its connector ships the KV to the decode instance. A request
@@ -423,7 +336,7 @@ class VllmBackend:
         return p.PrefillResult(
             request_id=body.request_id,
             first_token=choice["token_ids"][0],
-            first_logprob=self._logprobs(choice, body.sampling.logprobs)[0],
+            first_logprob=logprobs(choice, body.sampling.logprobs, self._tokenizer)[0],
             hit_tokens=int(details.get("cached_tokens") or 0),
             kv_bytes=int(params.get("prfaas_kv_bytes", 0)),
             num_slices=0,
@@ -504,7 +417,7 @@ class VllmBackend:
         except httpx.HTTPError as err:
             raise InstanceFailedError(f"vllm serve did not answer: {err!r}") from None
         if response.status_code != 200:
-            raise _child_error(response)
+            raise child_error(response)
         return dict(response.json())
 
     def link_signals(self) -> list[LinkSignals]:
@@ -594,21 +507,21 @@ class VllmBackend:
         ) as response:
             if response.status_code != 200:
                 await response.aread()
-                raise _child_error(response)
+                raise child_error(response)
             async for line in split_lines(response.aiter_bytes()):
                 if not line.startswith(b"data: ") or line == b"data: [DONE]":
                     continue
-                for choice in _choices(json.loads(line[6:])):
+                for choice in choices(json.loads(line[6:])):
                     finish = choice.get("finish_reason") or finish
                     new = list(choice.get("token_ids") or [])
-                    logprobs = self._logprobs(choice, body.sampling.logprobs)
+                    found = logprobs(choice, body.sampling.logprobs, self._tokenizer)
                     for k, token_id in enumerate(new):
                         ids.append(token_id)
                         last = finish is not None and k == len(new) - 1
                         # EOS or a stop token id (the child has no stop strings): not printed
                         stopped = False if last and finish == "stop" else text.add(token_id)
                         delta = text.delta(finished=last or stopped)
-                        out.put_nowait(Token(token_id, logprobs[k], text=delta))
+                        out.put_nowait(Token(token_id, found[k], text=delta))
                         if stopped:  # leaving the stream aborts it in vLLM
                             return "stop"
         if finish is None:
@@ -664,62 +577,3 @@ class VllmBackend:
         fut: asyncio.Future[int] = loop.create_future()
         fut.set_result(self._translator.held_prefix_tokens(tokens))
         return fut
-
-
-def _signal_group(child: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    """`sig` to the child's whole process group (vLLM spawns its engine core and workers)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, sig)
-
-
-def _gauges(text: str) -> dict[str, float]:
-    """`name{labels} value` lines of a Prometheus text page, summed over labels."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
-        value = rest.rsplit(" ", 1)[-1]
-        with contextlib.suppress(ValueError):
-            values[name.strip()] = values.get(name.strip(), 0.0) + float(value)
-    return values
-
-
-def vllm_sampling(sampling: p.Sampling, max_tokens: int, *, stop: bool) -> dict[str, Any]:
-    """vLLM's sampling fields; `stop`: whether the child checks the stop strings."""
-    fields: dict[str, Any] = {
-        "max_tokens": max_tokens,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
-        "seed": sampling.seed,
-        "stop": sampling.stop if stop else [],
-        "ignore_eos": sampling.ignore_eos,
-        "return_token_ids": True,
-    }
-    for name in sampling.engine_defaults:  # the model's generation_config decides
-        del fields[name]
-    if sampling.logprobs is not None:  # keyed "token_id:N": ids, not texts that collide
-        fields.update(logprobs=sampling.logprobs, return_tokens_as_token_ids=True)
-    return fields
-
-
-def _choices(event: Any) -> list[dict[str, Any]]:
-    """The choices of one event of the child's completion stream; its error event (vLLM's
-    `{"error": {...}}`, or its older `{"object": "error", ...}`) as `InstanceFailedError`."""
-    if not isinstance(event, dict) or "choices" not in event:
-        error = event.get("error", event) if isinstance(event, dict) else event
-        message = error.get("message", error) if isinstance(error, dict) else error
-        raise InstanceFailedError(f"vLLM failed mid-stream: {str(message)[:200]}")
-    return list(event["choices"])
-
-
-def _child_error(response: httpx.Response) -> Exception:
-    """The child's error as ours: 4xx keep their meaning, anything else failed upstream."""
-    try:
-        message = str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        message = response.text[:200]
-    if 400 <= response.status_code < 500:
-        return BadRequestError(f"vLLM: {message}")
-    return InstanceFailedError(f"vLLM answered {response.status_code}: {message}")

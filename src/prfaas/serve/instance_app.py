@@ -1,0 +1,185 @@
+"""The instance's HTTP control API: the routes of `serve.instance` over its runtime.
+
+`serve_instance` builds the runtime (`serve.instance.build_runtime`: the backend and its
+shipping plan), the FastAPI app around it (every call signed for this instance and within
+the router's limits: `serve.edge`, `serve.control_auth`), and serves it with uvicorn until
+SIGINT/SIGTERM; the app's lifespan is the runtime's (`serve.instance.running`). Errors map
+to the OpenAI-style JSON of `serve.errors`; a transfer failure is 503 when the decode side
+lacked room, 502 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from prfaas.serve import protocol as p
+from prfaas.serve.backend import CachedPrefixReporter, InstanceBackend, RendersChat
+from prfaas.serve.config import Deployment
+from prfaas.serve.control_auth import ControlGate
+from prfaas.serve.edge import EdgeGuard, edge_server_config
+from prfaas.serve.errors import (
+    BadRequestError,
+    InstanceFailedError,
+    KvBufferFullError,
+    ServeError,
+)
+from prfaas.serve.instance import (
+    InstanceRuntime,
+    build_runtime,
+    cancel_request,
+    check_vocabulary,
+    import_prefix,
+    run_prefill,
+    running,
+    send_prefix,
+    stream_decode,
+    switch_role,
+)
+from prfaas.serve.instance_state import instance_state
+from prfaas.transfer import TransferError
+from prfaas.transfer.errors import AbortReason, TransferAbortedError
+
+
+def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
+    """The chat's prompt ids: the engine's chat template, else a plain transcript (which
+    has none of the template's switches to honour)."""
+    if isinstance(worker, RendersChat):
+        return worker.encode_chat(chat)
+    asked = chat.switches_asked
+    if asked:
+        err = BadRequestError(
+            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
+            "a plain transcript (docs/serving.md)",
+            param=asked[0],
+        )
+        err.code = "unsupported_parameter"
+        raise err
+    return worker.encode(p.transcript(chat.messages))
+
+
+def _error(err: ServeError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status_code)
+
+
+def _transfer_failure(err: TransferError) -> ServeError:
+    """A full receive buffer on the decode side is room lacking now (503), not a failure."""
+    if isinstance(err, TransferAbortedError) and err.reason is AbortReason.OUT_OF_SPACE:
+        return KvBufferFullError(f"the decode side had no room for the KV: {err}")
+    return InstanceFailedError(f"KV transfer failed: {err}")
+
+
+def build_app(rt: InstanceRuntime) -> FastAPI:
+    """The control API of instance `rt` (the routes in `serve.instance`'s docstring)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with running(rt):
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+    edge = rt.deployment.instance_edge  # the router's limits; only calls signed for us
+    gate = ControlGate(rt.transfer_config.secret, rt.spec.name)
+    app.add_middleware(
+        EdgeGuard, max_body_bytes=edge.max_body_bytes, body_timeout_s=edge.body_timeout_s, gate=gate
+    )
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
+        return _error(err)
+
+    @app.exception_handler(TransferError)
+    async def _transfer_error(_: Request, err: TransferError) -> JSONResponse:
+        return _error(_transfer_failure(err))
+
+    _add_engine_routes(app, rt)
+    _add_request_routes(app, rt)
+    return app
+
+
+def _add_engine_routes(app: FastAPI, rt: InstanceRuntime) -> None:
+    """What the router asks of the instance itself: facts, state, the tokenizer."""
+
+    @app.get("/info")
+    async def info() -> p.InstanceInfo:
+        return rt.info
+
+    @app.get("/state")
+    async def state(since: int = 0) -> p.InstanceState:
+        return instance_state(rt, since)
+
+    @app.post("/tokenize")
+    async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
+        if body.chat is None:
+            ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
+        else:
+            ids = _encode_chat(rt.worker, body.chat)
+        return p.TokenizeResult(token_ids=ids)
+
+    @app.post("/detokenize")
+    async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:
+        check_vocabulary(rt, body.token_ids)
+        return p.DetokenizeResult(text=rt.worker.detokenize(body.token_ids))
+
+
+def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
+    """The verbs of one request: prefill, decode, cancel, and the cache's."""
+
+    @app.post("/prefill")
+    async def prefill(body: p.PrefillRequest) -> p.PrefillResult:
+        return await run_prefill(rt, body)
+
+    @app.post("/decode")
+    async def decode(body: p.DecodeRequest) -> StreamingResponse:
+        if rt.spec.role.is_prefill:
+            raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
+        check_vocabulary(rt, body.token_ids)
+        return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
+
+    @app.post("/cancel")
+    async def cancel(body: p.CancelRequest) -> p.CancelResult:
+        return cancel_request(rt, body.request_id)
+
+    @app.post("/role")
+    async def role(body: p.RoleRequest) -> p.InstanceInfo:
+        return switch_role(rt, body)
+
+    @app.post("/cached")
+    async def cached(body: p.TokenizeResult) -> p.CachedResult:
+        """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
+        if not isinstance(rt.worker, CachedPrefixReporter):
+            return p.CachedResult(tokens=0)
+        loop = asyncio.get_running_loop()
+        return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))
+
+    @app.post("/prefix/send")
+    async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:
+        return await send_prefix(rt, body)
+
+    @app.post("/prefix/import")
+    async def prefix_import(body: p.PrefixImportRequest) -> p.PrefixImportResult:
+        return await import_prefix(rt, body)
+
+
+def serve_instance(deployment: Deployment, name: str) -> None:
+    """Run one instance until SIGINT/SIGTERM."""
+    rt = build_runtime(deployment, name)
+    edge = deployment.instance_edge
+    config = edge_server_config(
+        build_app(rt),
+        host=rt.spec.host,
+        port=rt.spec.http_port,
+        header_timeout_s=edge.header_timeout_s,
+        keep_alive_timeout_s=edge.keep_alive_timeout_s,
+    )
+    try:
+        uvicorn.Server(config).run()
+    except SystemExit:  # uvicorn's exit on a failed start-up, after logging the traceback
+        if rt.startup_error is not None:
+            raise rt.startup_error from None  # the CLI's one line and status 2
+        raise

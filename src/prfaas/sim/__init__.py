@@ -1,0 +1,2 @@
+"""The discrete-event simulator (pure logic: DESIGN.md, Rooms): the event core, modelled
+instances and links, and the scenario runner, driving the live system's scheduler and cache."""

@@ -1,0 +1,73 @@
+"""A TLS deployment of the torch backend ships its KV encrypted: a packet capture of the decode
+instance's transfer port (real processes on loopback) holds no HELLO frame, no KV slice's
+frame header and not the request id that every slice names; the same deployment without TLS
+shows all three, which proves the capture sees what crosses. The vLLM backend's twin is in
+test_vllm_kv_wire_secrecy.py."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from wire_capture import loopback_capture, plaintext_found, tls_files
+
+from prfaas.serve.config import (
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    LinkShaping,
+    LinkSpec,
+    RebalanceSpec,
+    RouterSpec,
+)
+from prfaas.serve.launcher import Launcher
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "tiny-qwen3-next"
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "tls"])
+def launcher(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Launcher]:
+    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
+    tls = tls_files(tmp_path_factory.mktemp("tls")) if request.param else None
+    deployment = Deployment(
+        model=MODEL,
+        threshold_tokens=0,  # every request takes the PrfaaS path, over loopback
+        router=RouterSpec(port=0),
+        link=LinkSpec(shaping=LinkShaping.TOKEN_BUCKET, rtt_ms=0),
+        rebalance=RebalanceSpec(enabled=False),
+        tls=tls,
+        instances=(
+            InstanceSpec(name="prfaas-0", role=InstanceRole.PRFAAS_PREFILL, cluster="prfaas"),
+            InstanceSpec(name="pdd-0", role=InstanceRole.PD_DECODE, cluster="pd"),
+        ),
+    )
+    launcher = Launcher(deployment)
+    launcher.start()
+    try:
+        launcher.wait_healthy(timeout_s=120)
+        yield launcher
+    finally:
+        launcher.stop()
+
+
+def test_the_transfer_port_carries_plaintext_only_without_tls(launcher: Launcher) -> None:
+    encrypted = launcher.deployment.tls is not None
+    decode = launcher.deployment.instance("pdd-0")
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2, "temperature": 0}
+    with loopback_capture(decode.transfer_port) as seen:
+        response = httpx.post(launcher.url + "/v1/completions", json=body, timeout=60)
+    captured = bytes(seen)
+    assert response.status_code == 200, response.text
+    extra = response.json()["prfaas"]
+    assert extra["path"] == "prfaas" and extra["kv_bytes"] > 0
+    request_id = response.json()["id"].removeprefix("cmpl-")
+    assert len(captured) > extra["kv_bytes"] // 2, "the capture missed the transfer"
+    expected = (not encrypted,) * 3
+    assert plaintext_found(captured, request_id) == expected
