@@ -3,6 +3,8 @@ the chosen source cannot time an instance."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,19 @@ def test_a_scenario_times_planner_and_simulator_by_its_source(tmp_path: Path) ->
         "prfaas: timing: no measured profile for llama-3.1-70b on 8 x h200; timed by the roofline",
         "pd: timing: no measured profile for llama-3.1-70b on 8 x h20; timed by the roofline",
     )
+
+
+def test_aiconfigurator_is_imported_only_when_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "from prfaas.planner.scenario import load_scenario\n"
+        "from prfaas.planner.parallel import search_parallelism\n"
+        "s = load_scenario('paper-case-study')\n"
+        "search_parallelism(s.hardware, s.workload, 1000, s.timing)\n"
+        "bad = {'aiconfigurator_core', 'pandas', 'torch', 'fastapi'} & set(sys.modules)\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
