@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from typing import Any
 
@@ -111,6 +112,10 @@ def _aic_disagg(model: str, system: str, gpus: int, engine: str, *, slo: dict[st
     return out
 
 
+def _progress(*what: object) -> None:
+    print("done:", *what, file=sys.stderr, flush=True)
+
+
 def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
     choice = TimingChoice(TimingSource.AIC, engine)
     workload = Workload.synthetic(FixedLength(ISL), FixedLength(OSL), f"ISL {ISL} / OSL {OSL}")
@@ -130,6 +135,7 @@ def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
                 theirs = _aic_disagg(
                     model, system, TOTAL_GPUS, str(engine), slo=slo, isl=ISL, osl=OSL
                 )
+                _progress(model, chip, slo)
                 rows.append({
                     "model": model, "family": family, "chip": chip, "slo": slo,
                     "prfaas_homogeneous": {
@@ -163,11 +169,12 @@ def across_clusters_rows(engine: AicEngine) -> list[dict[str, Any]]:
         isl = round(workload.mean_input_tokens)
         slo = {"ttft_ms": 60_000.0, "tpot_ms": 25.0}
         single = {}
-        for chip in CHIPS:
+        for chip in ("h200",):  # the PD cluster's chip (a B200 cluster: one more slow search)
             gpus = int(point.price // get_chip(chip).relative_price)
             system = aic.aic_system(get_chip(chip)) or chip
             theirs = _aic_disagg(model, system, gpus, str(engine), slo=slo, isl=isl, osl=1024)
             single[chip] = {"gpus": gpus} | theirs
+            _progress(model, chip, gpus)
         rows.append({
             "model": model, "family": family, "price": point.price,
             "prfaas_pd": {
