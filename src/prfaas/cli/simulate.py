@@ -106,6 +106,8 @@ def _render(runs: list[SimRun], out: Output) -> None:
     out.table(table)
     for r in reports:
         out.note(f"{r.policy} reasons: " + ", ".join(f"{k} {v}" for k, v in r.reasons.items()))
+    timing = reports[0].timing
+    out.note(f"timing: PrfaaS {timing['prfaas']}; PD {timing['pd']}")
 
 
 PolicyOption = Annotated[

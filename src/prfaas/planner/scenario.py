@@ -13,6 +13,8 @@
     # ... or a Mooncake-format trace (path relative to this file; null capacity = unbounded):
     #   trace: {path: conversation.jsonl, cache_capacity_blocks: 20000}
     threshold_step_tokens: 100             # threshold grid step (and histogram bin width)
+    timing: {source: roofline}             # or measured, or aic with engine: sglang | vllm |
+                                           # trtllm (specs.timing); planner and simulator alike
 
 `prfaas simulate` reads three more optional sections (the planner ignores them):
 
@@ -39,11 +41,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from prfaas.planner.model import Cluster, Hardware
-from prfaas.specs.catalog import get_chip, profile_for, resolve_model
+from prfaas.specs.catalog import get_chip, resolve_model
 from prfaas.specs.errors import SpecError, SpecFileError
 from prfaas.specs.files import read_yaml, validate
 from prfaas.specs.memory import instance_memory
 from prfaas.specs.model import ModelSpec
+from prfaas.specs.timing import (
+    AicEngine,
+    TimingChoice,
+    TimingSource,
+    default_parallelism,
+    time_instance,
+)
 from prfaas.specs.units import format_tokens, parse_tokens
 from prfaas.workload.lengths import FixedLength, LengthDistribution, TruncatedLognormal
 from prfaas.workload.trace import MOONCAKE_BLOCK_TOKENS, read_mooncake_trace
@@ -255,6 +264,17 @@ class SimulationFile(_Strict):
     sample_period_s: float = Field(default=10.0, ge=0.1)
 
 
+class TimingFile(_Strict):
+    """Which source times every instance, for the planner and the simulator alike
+    (`specs.timing`); `engine` picks aiconfigurator's kernel data (source `aic` only)."""
+
+    source: TimingSource = TimingSource.ROOFLINE
+    engine: AicEngine = AicEngine.SGLANG
+
+    def to_choice(self) -> TimingChoice:
+        return TimingChoice(self.source, self.engine)
+
+
 class ScenarioFile(_Strict):
     name: str
     description: str = ""
@@ -265,6 +285,7 @@ class ScenarioFile(_Strict):
     decode: DecodeFile
     workload: WorkloadFile
     threshold_step_tokens: int = Field(default=100, ge=1, le=100)
+    timing: TimingFile = Field(default_factory=TimingFile)
     arrivals: ArrivalsFile | None = None
     link: LinkFile | None = None
     simulation: SimulationFile | None = None
@@ -279,15 +300,23 @@ class Scenario:
     hardware: Hardware
     workload: Workload
     threshold_step_tokens: int
+    timing: TimingChoice = TimingChoice()  # noqa: RUF009 - frozen, so one shared default is safe
+    timing_notes: tuple[str, ...] = ()  # one line per cluster the chosen source could not time
 
 
-def _cluster(model: ModelSpec, body: ClusterFile, where: str) -> Cluster:
+def _cluster(
+    model: ModelSpec, body: ClusterFile, timing: TimingChoice, where: str
+) -> tuple[Cluster, str | None]:
+    """The cluster timed by `timing`, and its fallback line (None when the source timed it)."""
     try:
         chip = get_chip(body.chip)
     except SpecError as err:
         raise SpecFileError(f"{where}.chip: {err}") from None
-    profile = profile_for(model, chip, body.gpus_per_instance)
-    return Cluster(profile, body.num_gpus // body.gpus_per_instance, instance_memory(profile))
+    parallelism = default_parallelism(model, body.gpus_per_instance)
+    timed = time_instance(model, chip, parallelism, timing)
+    profile = timed.profile
+    cluster = Cluster(profile, body.num_gpus // body.gpus_per_instance, instance_memory(profile))
+    return cluster, timed.fallback
 
 
 def _workload(body: WorkloadFile, base_dir: Path, where: str) -> Workload:
@@ -332,9 +361,12 @@ def build_scenario(body: ScenarioFile, base_dir: Path, where: str) -> Scenario:
         model = resolve_model(model_ref(body.model, base_dir))
     except SpecError as err:
         raise SpecFileError(f"{where}: model: {err}") from None
+    timing = body.timing.to_choice()
+    prfaas, prfaas_note = _cluster(model, body.prfaas, timing, f"{where}: prfaas")
+    pd, pd_note = _cluster(model, body.pd, timing, f"{where}: pd")
     hardware = Hardware(
-        prfaas=_cluster(model, body.prfaas, f"{where}: prfaas"),
-        pd=_cluster(model, body.pd, f"{where}: pd"),
+        prfaas=prfaas,
+        pd=pd,
         link_gbps=body.link_gbps,
         decode_slo_tokens_per_s=body.decode.slo_tokens_per_s,
     )
@@ -344,6 +376,10 @@ def build_scenario(body: ScenarioFile, base_dir: Path, where: str) -> Scenario:
         hardware=hardware,
         workload=_workload(body.workload, base_dir, where),
         threshold_step_tokens=body.threshold_step_tokens,
+        timing=timing,
+        timing_notes=tuple(
+            f"{role}: {note}" for role, note in (("prfaas", prfaas_note), ("pd", pd_note)) if note
+        ),
     )
 
 

@@ -37,6 +37,7 @@ class SimReport:
     actions: list[dict[str, Any]]
     timeline: Timeline
     num_events: int
+    timing: dict[str, str]  # what timed each cluster (PerfProfile.source), as the plan's
 
     def to_json(self, with_timeline: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -54,6 +55,7 @@ class SimReport:
             "num_deferrals": self.num_deferrals,
             "actions": self.actions,
             "num_events": self.num_events,
+            "timing": self.timing,
         }
         if with_timeline:
             out["timeline"] = self.timeline.to_json()
@@ -116,4 +118,8 @@ def build_report(config: RunConfig, result: SimResult, slo_body: SloFile | None)
         actions=[_action_json(t, a) for t, a in result.actions],
         timeline=tl,
         num_events=result.num_events,
+        timing={
+            "prfaas": config.hardware.prfaas.profile.source,
+            "pd": config.hardware.pd.profile.source,
+        },
     )

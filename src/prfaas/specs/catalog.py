@@ -131,8 +131,10 @@ def get_chip(name: str) -> ChipSpec:
         raise UnknownChipError(f"unknown chip {name!r} (known: {known})") from None
 
 
-def profile_for(model: ModelSpec, chip: ChipSpec, gpus_per_instance: int) -> PerfProfile:
-    """Measured profile of this exact deployment if the catalog has one, else the roofline."""
+def measured_profile(
+    model: ModelSpec, chip: ChipSpec, gpus_per_instance: int
+) -> MeasuredProfile | None:
+    """The catalog's measured profile of this exact deployment, or None when it has none."""
     for entry in _profiles():
         if (entry.model, entry.chip, entry.gpus_per_instance) == (
             model.name,
@@ -148,7 +150,13 @@ def profile_for(model: ModelSpec, chip: ChipSpec, gpus_per_instance: int) -> Per
             return MeasuredProfile(
                 model, chip, gpus_per_instance, prefill, cache_curve, entry.reference
             )
-    return RooflineProfile(model, chip, gpus_per_instance)
+    return None
+
+
+def profile_for(model: ModelSpec, chip: ChipSpec, gpus_per_instance: int) -> PerfProfile:
+    """Measured profile of this exact deployment if the catalog has one, else the roofline."""
+    measured = measured_profile(model, chip, gpus_per_instance)
+    return measured or RooflineProfile(model, chip, gpus_per_instance)
 
 
 def paper_phi_gbps(

@@ -1,0 +1,86 @@
+"""`prfaas plan --deployment-out FILE`: the chosen PrfaaS-PD plan as a deployment file that
+`prfaas up` accepts (serve.config), on the emulated backend at full scale.
+
+One instance per planned PrfaaS prefill, PD-P and PD-D instance, each with the chip and GPUs
+per instance of its cluster (as the parallelism search chose them), the plan's threshold, the
+scenario's link and decode SLO; ports 0 (picked free at launch). The file is validated by the
+same loader `prfaas up` uses before it is written, so a plan that `up` would refuse (a model
+not in the catalog, for instance) is an error here, not at launch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from prfaas.planner.model import Hardware
+from prfaas.planner.plan import PlanReport
+from prfaas.serve.config import Deployment, validation_problems
+from prfaas.specs.errors import SpecError
+
+MIB = 2**20
+#: Emulated KV payloads are this fraction of the real bytes (serve.config.EmulationSpec default).
+BYTE_FACTOR = 1 / 256
+#: Prefix pool per instance where the memory model defines no KV capacity (the weights do not
+#: fit), as in configs/case-study-prfaas-pd.yaml.
+FALLBACK_CAPACITY_MIB = 102_400
+
+
+def _instances(report: PlanReport, hardware: Hardware) -> list[dict[str, Any]]:
+    point = report.deployments["prfaas_pd"]
+    kv = report.decode.kv_capacity_bytes
+    capacity_mib = FALLBACK_CAPACITY_MIB if kv is None else max(1, int(kv * BYTE_FACTOR / MIB))
+    rows = []
+    for prefix, role, cluster_name, cluster, count in (
+        ("prfaas", "prfaas-prefill", "prfaas", hardware.prfaas, point.n_prfaas),
+        ("pdp", "pd-prefill", "pd", hardware.pd, point.n_p),
+        ("pdd", "pd-decode", "pd", hardware.pd, point.n_d),
+    ):
+        rows += [
+            {
+                "name": f"{prefix}-{i}",
+                "role": role,
+                "cluster": cluster_name,
+                "backend": "emulated",
+                "chip": cluster.profile.chip.name,
+                "gpus_per_instance": cluster.profile.gpus_per_instance,
+                "capacity_mib": capacity_mib,
+                "max_batch_size": report.decode.max_batch_size,
+            }
+            for i in range(count)
+        ]
+    return rows
+
+
+def deployment_dict(report: PlanReport, hardware: Hardware) -> dict[str, Any]:
+    """The deployment file's content for the PrfaaS-PD column of `report`."""
+    point = report.deployments["prfaas_pd"]
+    return {
+        "model": hardware.pd.profile.model.name,
+        "block_tokens": 512,
+        "threshold_tokens": point.threshold_tokens or 0,
+        "router": {"port": 0},
+        "link": {"rate_gbps": hardware.link_gbps, "rtt_ms": 20, "shaping": "token-bucket"},
+        "emulation": {"time_factor": 1.0, "byte_factor": BYTE_FACTOR},
+        "rebalance": {"decode_slo_tokens_per_s": hardware.decode_slo_tokens_per_s},
+        "instances": _instances(report, hardware),
+    }
+
+
+def write_deployment(report: PlanReport, hardware: Hardware, path: Path) -> None:
+    """Validate the plan's deployment as `prfaas up` would, then write it to `path`."""
+    content = deployment_dict(report, hardware)
+    try:
+        Deployment.model_validate(content)
+    except ValidationError as err:
+        problems = "; ".join(validation_problems(str(path), err))
+        raise SpecError(f"the plan is not a deployment prfaas up accepts: {problems}") from None
+    header = (
+        f"# Written by `prfaas plan`: PrfaaS-PD, timing "
+        f"{hardware.prfaas.profile.source} (PrfaaS) / {hardware.pd.profile.source} (PD).\n"
+        "# Emulated instances are timed by the catalog's profile (serve.emulated).\n"
+    )
+    path.write_text(header + yaml.safe_dump(content, sort_keys=False))

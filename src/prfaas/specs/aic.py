@@ -1,0 +1,189 @@
+"""NVIDIA aiconfigurator's measured kernel data as a `PerfProfile`: the only module that imports
+`aiconfigurator_core` (the optional `prfaas[aic]` extra), and only when a plan asks for it.
+
+aiconfigurator (`aiconfigurator-core` on PyPI, the planner of NVIDIA Dynamo) times a model on a
+system by summing per-operation latencies interpolated from kernel measurements (GEMMs,
+attention, MoE, all-reduce and all-to-all) collected per engine (SGLang, vLLM, TensorRT-LLM)
+and engine version. We ask it, per instance, for:
+
+    T_prefill(l)          predict_prefill_latency(batch = dp, isl = l) / dp
+    T_step(batch, c)      decode_step_latency(batch, isl = c, osl = 2)
+
+With attention data parallelism an instance prefills `dp` requests at once (one per attention
+rank), so its per-request prefill time is the batch's latency over dp: the rate the planner's
+Eq. 3-4 need (a request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l)
+stays our `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
+
+Coverage is decided here, once per (model, chip, engine): the chip must have a system in
+aiconfigurator's data (`h200` -> `h200_sxm`) with data for the engine, and the model's Hugging
+Face id must be one of aiconfigurator's model configs. Anything else returns the reason, and
+`specs.timing` falls back to the roofline with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+from prfaas.specs.catalog import catalog_model, model_names
+from prfaas.specs.chip import ChipSpec
+from prfaas.specs.model import ModelSpec
+from prfaas.specs.timing import Parallelism
+
+DISTRIBUTION = "aiconfigurator-core"
+
+
+def _package_dir() -> Path | None:
+    try:
+        return Path(str(resources.files("aiconfigurator_core")))
+    except ModuleNotFoundError:
+        return None
+
+
+def aic_version() -> str | None:
+    """The installed aiconfigurator-core version, None when the extra is not installed."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def aic_system(chip: ChipSpec) -> str | None:
+    """aiconfigurator's system for a catalog chip (`h200` -> `h200_sxm`), None if it has none."""
+    root = _package_dir()
+    if root is None:
+        return None
+    for name in (f"{chip.name}_sxm", chip.name):
+        if (root / "systems" / "data" / name).is_dir():
+            return name
+    return None
+
+
+def _canonical(hf_id: str) -> str:
+    """Hugging Face ids compared without case and without the `Meta-` prefix Meta dropped when it
+    renamed its Llama 3.1 repositories (`Meta-Llama-3.1-70B` -> `Llama-3.1-70B`)."""
+    org, _, name = hf_id.lower().partition("/")
+    return f"{org}/{name.removeprefix('meta-')}"
+
+
+@cache
+def _aic_models() -> dict[str, str]:
+    """aiconfigurator's model ids (from its bundled configs), keyed by their canonical form."""
+    root = _package_dir()
+    if root is None:
+        return {}
+    ids = {}
+    for path in (root / "model_configs").glob("*_config.json"):
+        hf_id = path.name.removesuffix("_config.json").replace("--", "/", 1)
+        ids[_canonical(hf_id)] = hf_id
+    return ids
+
+
+def aic_model_id(model: ModelSpec) -> str | None:
+    """aiconfigurator's id of a catalog model, None for a model it does not have."""
+    if model.name not in model_names():
+        return None
+    hf_id = catalog_model(model.name).hf_id
+    return _aic_models().get(_canonical(hf_id)) if hf_id else None
+
+
+@cache
+def data_version(system: str, engine: str) -> str | None:
+    """The engine version of the kernel data aiconfigurator queries on `system` (its `current`
+    slot), None where it has no data for that engine."""
+    from aiconfigurator_core.sdk import perf_database
+
+    try:
+        return str(perf_database.resolve_query_version(system, engine, "current"))
+    except Exception:
+        return None
+
+
+@cache
+def _engine(model_id: str, system: str, engine: str, split: Parallelism) -> Any:
+    """A compiled aiconfigurator engine, one per (model, system, engine, split) per process."""
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    return EngineHandle.compile(
+        model_id,
+        system,
+        engine,
+        tp_size=split.tp,
+        attention_dp_size=split.dp,
+        moe_tp_size=split.moe_tp,
+        moe_ep_size=split.ep,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AicProfile:
+    """One instance timed by aiconfigurator (module docstring); answers are memoised."""
+
+    model: ModelSpec
+    chip: ChipSpec
+    split: Parallelism
+    model_id: str
+    system: str
+    engine: str
+    data_version: str
+    _prefill: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    _step: dict[tuple[int, int], float] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.split.num_gpus
+
+    @property
+    def source(self) -> str:
+        return (
+            f"aiconfigurator {aic_version()} ({self.engine} {self.data_version} data, "
+            f"{self.system}, {self.split.label()})"
+        )
+
+    def _handle(self) -> Any:
+        return _engine(self.model_id, self.system, self.engine, self.split)
+
+    def prefill_s(self, length_tokens: int) -> float:
+        value = self._prefill.get(length_tokens)
+        if value is None:
+            batch_ms = self._handle().predict_prefill_latency(self.split.dp, length_tokens)
+            value = self._prefill[length_tokens] = batch_ms / 1e3 / self.split.dp
+        return value
+
+    def cache_bytes(self, length_tokens: int) -> float:
+        return float(self.model.cache_bytes(length_tokens))
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        key = (batch_size, context_tokens)
+        value = self._step.get(key)
+        if value is None:
+            step_ms = self._handle().decode_step_latency(batch_size, max(1, context_tokens), 2)
+            value = self._step[key] = step_ms / 1e3
+        return value
+
+
+def aic_profile(
+    model: ModelSpec, chip: ChipSpec, split: Parallelism, engine: str
+) -> AicProfile | str:
+    """The aiconfigurator profile of one instance, or why it cannot time it."""
+    if aic_version() is None:
+        return "aiconfigurator-core is not installed (pip install 'prfaas[aic]')"
+    system = aic_system(chip)
+    if system is None:
+        return f"it has no data for {chip.name}"
+    version = data_version(system, engine)
+    if version is None:
+        return f"it has no {engine} data for {system}"
+    model_id = aic_model_id(model)
+    if model_id is None:
+        return f"it does not model {model.name}"
+    try:
+        _engine(model_id, system, engine, split)
+    except Exception as err:  # its own error types: any refusal means "not covered"
+        return f"it cannot compile {model_id} as {split.label()} ({type(err).__name__})"
+    return AicProfile(model, chip, split, model_id, system, engine, version)

@@ -1,0 +1,39 @@
+"""`prfaas plan --deployment-out` (issue 30): the plan is written as a deployment file that the
+loader and preflight of `prfaas up` accept, with the searched instance shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import run
+
+from prfaas.serve.config import load_deployment
+from prfaas.serve.preflight import Scope, check_deployment
+
+DENSE_70B = Path(__file__).parents[1] / "sim" / "data" / "dense-70b.yaml"
+
+
+def test_plan_writes_a_deployment_prfaas_up_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "deployment.yaml"
+    code, stdout, _ = run(
+        ["plan", "-s", str(DENSE_70B), "--search-parallelism", "--deployment-out", str(out)],
+        capsys,
+    )
+    assert code == 0
+    assert "timing roofline" in stdout
+    deployment = load_deployment(out)
+    assert check_deployment(deployment, Scope.ALL, secret_generated=True) == []
+    roles = [spec.role.value for spec in deployment.instances]
+    assert roles.count("prfaas-prefill") >= 1
+    assert roles.count("pd-decode") >= 1
+    assert deployment.model == "llama-3.1-70b"
+    assert {spec.chip for spec in deployment.instances} == {"h200", "h20"}
+
+
+def test_engine_without_aic_timing_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["plan", "--engine", "vllm"], capsys)
+    assert code == 2
+    assert "--engine picks aiconfigurator's data: add --timing aic" in err

@@ -1,0 +1,125 @@
+"""Timing sources (issue 30): each source selected and reported, and the one fallback line when
+the chosen source cannot time an instance."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prfaas.planner.scenario import load_scenario
+from prfaas.specs import aic
+from prfaas.specs.catalog import get_chip, get_model
+from prfaas.specs.timing import (
+    AicEngine,
+    Parallelism,
+    TimingChoice,
+    TimingSource,
+    default_parallelism,
+    time_instance,
+)
+
+needs_aic = pytest.mark.skipif(
+    aic.aic_version() is None, reason="aiconfigurator-core not installed (make test installs it)"
+)
+DENSE_70B = Path(__file__).parents[1] / "sim" / "data" / "dense-70b.yaml"
+
+
+def _timed(model: str, chip: str, choice: TimingChoice, gpus: int = 8):  # type: ignore[no-untyped-def]
+    spec = get_model(model)
+    return time_instance(spec, get_chip(chip), default_parallelism(spec, gpus), choice)
+
+
+def test_roofline_is_the_default_and_keeps_the_catalogs_measured_points() -> None:
+    assert TimingChoice().source is TimingSource.ROOFLINE
+    assert _timed("llama-3.1-70b", "h200", TimingChoice()).profile.source == "roofline"
+    case_study = _timed("prfaas-1t", "h200", TimingChoice())
+    assert case_study.profile.source == "measured (arXiv 2604.15039 Table 5)"
+    assert case_study.fallback is None
+
+
+def test_measured_falls_back_to_the_roofline_with_one_line() -> None:
+    choice = TimingChoice(TimingSource.MEASURED)
+    assert _timed("prfaas-1t", "h20", choice).fallback is None
+    timed = _timed("llama-3.1-70b", "h200", choice)
+    assert timed.profile.source == "roofline"
+    assert timed.fallback == (
+        "timing: no measured profile for llama-3.1-70b on 8 x h200; timed by the roofline"
+    )
+
+
+def test_aic_without_the_extra_falls_back_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aic, "aic_version", lambda: None)
+    timed = _timed("llama-3.1-70b", "h200", TimingChoice(TimingSource.AIC))
+    assert timed.profile.source == "roofline"
+    assert timed.fallback is not None
+    assert "aiconfigurator-core is not installed" in timed.fallback
+
+
+@needs_aic
+@pytest.mark.parametrize("engine", list(AicEngine))
+def test_aic_times_covered_models_with_the_chosen_engines_data(engine: AicEngine) -> None:
+    timed = _timed("llama-3.1-70b", "h200", TimingChoice(TimingSource.AIC, engine))
+    assert timed.fallback is None
+    source = timed.profile.source
+    assert source.startswith(f"aiconfigurator {aic.aic_version()} ({engine} ")
+    assert "h200_sxm, tp8" in source
+    short, long = timed.profile.prefill_s(1024), timed.profile.prefill_s(32_768)
+    assert 0 < short < long
+    assert timed.profile.decode_step_s(1, 8000) < timed.profile.decode_step_s(64, 8000)
+
+
+@needs_aic
+@pytest.mark.parametrize(
+    ("model", "chip", "reason"),
+    [
+        ("llama-3.1-70b", "h20", "it has no data for h20"),
+        ("prfaas-1t", "h200", "it does not model prfaas-1t"),
+        ("kimi-linear-48b", "h200", "it does not model kimi-linear-48b"),
+    ],
+)
+def test_aic_falls_back_for_chips_and_models_it_lacks(model: str, chip: str, reason: str) -> None:
+    timed = _timed(model, chip, TimingChoice(TimingSource.AIC))
+    assert timed.fallback == (
+        f"timing: aiconfigurator (sglang) cannot time {model} on 8 x {chip}: {reason}; "
+        "timed by the default (roofline) source instead"
+    )
+    assert not timed.profile.source.startswith("aiconfigurator")
+
+
+@needs_aic
+def test_aic_times_expert_and_attention_data_parallel_splits_apart() -> None:
+    spec, chip, choice = get_model("qwen3-235b"), get_chip("h200"), TimingChoice(TimingSource.AIC)
+    splits = [Parallelism(8, 8), Parallelism(8, 1), Parallelism(1, 8, 8)]
+    times = {time_instance(spec, chip, p, choice).profile.prefill_s(8192) for p in splits}
+    assert len(times) == 3
+
+
+def test_a_scenario_times_planner_and_simulator_by_its_source(tmp_path: Path) -> None:
+    text = DENSE_70B.read_text() + "timing: {source: measured}\n"
+    path = tmp_path / "dense-70b-measured.yaml"
+    path.write_text(text)
+    scenario = load_scenario(str(path))
+    assert scenario.timing.source is TimingSource.MEASURED
+    assert scenario.timing_notes == (
+        "prfaas: timing: no measured profile for llama-3.1-70b on 8 x h200; timed by the roofline",
+        "pd: timing: no measured profile for llama-3.1-70b on 8 x h20; timed by the roofline",
+    )
+
+
+def test_aiconfigurator_is_imported_only_when_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "from prfaas.planner.scenario import load_scenario\n"
+        "from prfaas.planner.parallel import search_parallelism\n"
+        "s = load_scenario('paper-case-study')\n"
+        "search_parallelism(s.hardware, s.workload, 1000, s.timing)\n"
+        "bad = {'aiconfigurator_core', 'pandas', 'torch', 'fastapi'} & set(sys.modules)\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
