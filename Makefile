@@ -24,7 +24,7 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/lint-imports --no-logo --no-cache  # DESIGN.md's walls: [tool.importlinter]
+	$(BIN)/lint-imports --no-logo --no-cache  # docs/architecture.md walls: [tool.importlinter]
 
 # The real-checkpoint tests need the SmolLM2 GGUF, the vLLM backend's tests need vLLM's venv and
 # the aiconfigurator timing tests its package: `make test` installs all three, so nothing skips.

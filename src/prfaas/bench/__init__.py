@@ -6,7 +6,7 @@ OpenAI-compatible endpoint and reports what the field reports, in the simulator'
     client     one streamed `/v1/completions` request -> a `prfaas.metrics.RequestRecord`
     runner     pacing, bounded concurrency, early stop with a partial result
 
-May import `workload` and `metrics` only (DESIGN.md); the CLI shell (`prfaas.cli.bench`)
+May import `workload` and `metrics` only (docs/architecture.md); the CLI shell (`prfaas.cli.bench`)
 draws the progress bar and the table. Guide: docs/bench.md.
 """
 

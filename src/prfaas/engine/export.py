@@ -17,8 +17,8 @@ group; an MLP-only layer gives none.
 
 Each record maps one to one onto `prfaas.transfer.keys.SliceMeta`: key = SliceKey(layer,
 group, token_start, token_end), dtype = `dtype`, shape = `shape`, nbytes = len(data). The
-engine does not import `transfer` (DESIGN walls); `ExportedPrefill.to_bytes` is a standalone
-framing for tests and the CLI.
+engine does not import `transfer` (docs/architecture.md walls); `ExportedPrefill.to_bytes` is
+a standalone framing for tests and the CLI.
 """
 
 from __future__ import annotations

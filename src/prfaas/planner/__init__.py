@@ -1,6 +1,6 @@
 """The planner: the paper's steady-state throughput model (Eq. 2-6), the grid search for the
 optimal threshold and P/D split (Eq. 7-8), the baselines (homogeneous PD, naive heterogeneous,
-equal cost), TTFT estimates and scenario files. Pure logic (DESIGN.md); `plots` imports
+equal cost), TTFT estimates and scenario files. Pure logic (docs/architecture.md); `plots` imports
 matplotlib lazily and only when asked for figures."""
 
 from __future__ import annotations

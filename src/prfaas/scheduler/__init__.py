@@ -6,7 +6,7 @@ code; an optional `AdmissionPolicy` sheds or defers what would miss the TTFT SLO
 Long timescale: `RebalancePolicy` flips PD roles and re-optimises t with the planner.
 `assemble` builds the whole from one `SchedulerSetup`, for the simulator and the router alike.
 It sees the world only through `ClusterView` and imports specs, workload, planner and kvcache,
-never sim or serve (DESIGN.md). Triggers and defaults: docs/scheduler.md.
+never sim or serve (docs/architecture.md). Triggers and defaults: docs/scheduler.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The scheduler's answers: a route for each request, actions from the slow loop; each with a
-reason code, so logs, metrics and the simulator report say why (DESIGN.md)."""
+reason code, so logs, metrics and the simulator report say why (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The running system: router, instance processes, launcher (DESIGN.md, room `serve`).
+"""The running system: router, instance processes, launcher (docs/architecture.md).
 
     client ──HTTP──► router (OpenAI API, GlobalScheduler unchanged, GlobalKVCacheIndex)
                        │ POST /prefill                       │ POST /decode (NDJSON tokens)

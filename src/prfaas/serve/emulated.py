@@ -1,7 +1,7 @@
 """The `emulated` instance backend: a catalog model's timing and KV bytes, no model compute.
 
 It lets one small machine run a many-instance deployment of a 1T-model scenario with real
-processes, sockets, router and hybrid-pool bookkeeping (DESIGN.md, "Two engine backends"):
+processes, sockets, router and hybrid-pool bookkeeping (docs/architecture.md):
 
     prefill  match the prompt in the pool (real `HybridPrefixCache`, bookkeeping only), sleep
              profile.prefill_s(uncached) x time_factor in num_layers equal steps, and after each

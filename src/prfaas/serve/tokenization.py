@@ -1,7 +1,7 @@
 """vLLM's tokenizer and model endpoints on the router: `/tokenize`, `/detokenize`,
 `/v1/models`, `/version`.
 
-The router holds no tokenizer (it imports no torch and loads no model files: DESIGN.md
+The router holds no tokenizer (it imports no torch and loads no model files: docs/architecture.md
 walls): it asks an instance, whose tokenizer is the served model's (`flow.tokenize`), so the
 ids `/tokenize` returns are exactly the ones `/v1/completions` would prefill for that prompt
 (and, with `messages`, the ones `/v1/chat/completions` would). Shapes follow vLLM's server

@@ -1,2 +1,3 @@
-"""Model, chip and performance specifications (pure data: DESIGN.md, Rooms): `ModelSpec` and
-its layer groups, the chip catalog, `PerfProfile`, and the readers of Hugging Face configs."""
+"""Model, chip and performance specifications (pure data: docs/architecture.md, Packages):
+`ModelSpec` and its layer groups, the chip catalog, `PerfProfile`, and the readers of Hugging
+Face configs."""

@@ -77,7 +77,7 @@ def read_tcp_info(sock: socket.socket) -> TcpInfo | None:
 
 @dataclass(frozen=True, slots=True)
 class LinkSignals:
-    """One peer link as the scheduler sees it (DESIGN.md: link signals).
+    """One peer link as the scheduler sees it (docs/architecture.md: the scheduler's view).
 
     `egress_bytes_per_s` is measured from receiver acknowledgements over the last telemetry
     window, so it is goodput into the decode pool, not bytes pushed into socket buffers. Kernel

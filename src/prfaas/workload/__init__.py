@@ -1,5 +1,6 @@
 """Workloads: length distributions, Mooncake-format traces and the prefix-cache replay that turns
-a trace into the post-prefix-match lengths the planner optimises over. Pure logic (DESIGN.md)."""
+a trace into the post-prefix-match lengths the planner optimises over. Pure logic
+(docs/architecture.md)."""
 
 from __future__ import annotations
 

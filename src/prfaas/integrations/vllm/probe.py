@@ -2,7 +2,7 @@
 
     python -m prfaas.integrations.vllm.probe MODEL_DIR [--dtype DTYPE] [-- ENGINE FLAGS...]
 
-Runs in the vLLM venv. The instance shell (core venv, no vLLM or transformers: DESIGN.md
+Runs in the vLLM venv. The instance shell (core venv, no vLLM or transformers: docs/architecture.md
 walls) runs it when prfaas's own config reader (`specs/hf_config.py`) does not know the
 directory's `model_type`, or when the directory has no `tokenizer.json`, and maps the answer
 to a ModelSpec or a refusal (`serve.backends.vllm_arch`). Everything comes from vLLM's

@@ -2,10 +2,10 @@
 
 Why a child process and not an in-process `AsyncLLM`: vLLM pins transformers and fastapi
 versions our venv cannot share (`make setup-vllm` builds its own, `.venv-vllm`), so the core
-venv never imports vLLM (DESIGN.md walls). The instance shell stays ours (control API, role,
-health, `/state`) and drives the child over its OpenAI HTTP API; the KV moves engine to engine
-through the connector (`prfaas.integrations.vllm.connector`) over prfaas's transfer protocol,
-which the child runs on this instance's `transfer_port`.
+venv never imports vLLM (docs/architecture.md walls). The instance shell stays ours (control
+API, role, health, `/state`) and drives the child over its OpenAI HTTP API; the KV moves engine
+to engine through the connector (`prfaas.integrations.vllm.connector`) over prfaas's transfer
+protocol, which the child runs on this instance's `transfer_port`.
 
     /prefill  -> child /v1/completions, max_tokens 1, kv_transfer_params.prfaas_send =
                  {decode's transfer address, transfer id = request id, from_token}: the

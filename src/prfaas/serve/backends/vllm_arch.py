@@ -1,21 +1,19 @@
 """Architectures prfaas's config reader does not know, served as vLLM sees them.
 
-`specs/hf_config.py` reads ~30 `model_type`s; vLLM serves many more (gpt2, opt, phi3,
-granite, ...). For a directory the reader refuses, the instance shell asks vLLM itself: it runs
+`specs/hf_config.py` reads ~30 `model_type`s; vLLM serves many more (gpt2, opt, phi3, granite, ...).
+For a directory the reader refuses, the instance shell asks vLLM itself: it runs
 `prfaas.integrations.vllm.probe` in the vLLM venv (this venv has neither vLLM nor transformers:
-DESIGN.md walls), which answers with vLLM's `ModelConfig` facts and, when the directory has no
-`tokenizer.json`, the fast tokenizer transformers converts for vLLM. `model_from_probe` turns
-that answer into a ModelSpec when every layer is attention whose cache vLLM holds as prfaas's
-known families' caches are held: full attention (GqaAttention) and sliding-window attention
-(SlidingWindowAttention, as Gemma-3's; vLLM's `layer_types`, or every layer when the config
-has a window and no `layer_types`, which is how vLLM applies it), KV in vLLM's KV cache
-dtype, over dense or mixture-of-experts MLPs (the MLPs only size compute estimates: their
-widths come from the usual config names, `probe.moe_fields`). Anything else vLLM reports
-(hybrid, attention-free, other layer kinds, MLA, per-layer shapes, scaled or packed KV
-dtypes, encoder-decoder, multimodal, pooling) is refused with one line naming the
-architecture and what prfaas would need, since the router's KV bytes, the cache identity and
-the connector's layout would otherwise be guesses.
-"""
+docs/architecture.md walls), which answers with vLLM's `ModelConfig` facts and, when the directory
+has no `tokenizer.json`, the fast tokenizer transformers converts for vLLM. `model_from_probe` turns
+that answer into a ModelSpec when every layer is attention whose cache vLLM holds as prfaas's known
+families' caches are held: full attention (GqaAttention) and sliding-window attention
+(SlidingWindowAttention, as Gemma-3's; vLLM's `layer_types`, or every layer when the config has a
+window and no `layer_types`, which is how vLLM applies it), KV in vLLM's KV cache dtype, over dense
+or mixture-of-experts MLPs (the MLPs only size compute estimates: their widths come from the usual
+config names, `probe.moe_fields`). Anything else vLLM reports (hybrid, attention-free, other layer
+kinds, MLA, per-layer shapes, scaled or packed KV dtypes, encoder-decoder, multimodal, pooling) is
+refused with one line naming the architecture and what prfaas would need, since the router's KV
+bytes, the cache identity and the connector's layout would otherwise be guesses."""
 
 from __future__ import annotations
 

@@ -30,8 +30,9 @@ INVALID_PREFIX = "Invalid prefix encountered"  # tokenizers' DecodeStream, vLLM 
 def load_tokenizer(model_dir: Path, converted: str | None = None) -> Tokenizer:
     """The fast tokenizer vLLM detokenizes with: the model's `tokenizer.json`, else
     `converted`, the one transformers converted from a slow tokenizer's files inside the
-    vLLM venv (`prfaas.integrations.vllm.probe`: transformers is not this venv's, DESIGN.md
-    walls). A model directory with neither is refused when the instance starts."""
+    vLLM venv (`prfaas.integrations.vllm.probe`: transformers is not this venv's,
+    docs/architecture.md walls). A model directory with neither is refused when the instance
+    starts."""
     path = model_dir / "tokenizer.json"
     try:
         if converted is not None and not path.exists():
