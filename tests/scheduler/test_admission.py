@@ -128,12 +128,10 @@ def test_a_full_decode_batch_is_refused_even_when_prefill_is_quick() -> None:
         rid = RequestId(f"dec-{k}")
         s.ledger.dispatch(rid, InstanceId("p0"), 0.0, InstanceId(f"d{k % 2}"), 0)
         s.ledger.prefill_done(rid)
-    assert s.ledger.decoding_requests(InstanceId("d0")) == 8
     decision = s.route(req("r", 5_000), make_view())
     assert isinstance(decision, Rejection) and decision.reason is RejectReason.DECODE_BATCH_FULL
     assert decision.retry_after_s == 1.0
     s.ledger.decode_done(RequestId("dec-0"))  # a slot frees on d0
-    assert s.ledger.decoding_requests(InstanceId("d0")) == 7
     assert isinstance(s.route(req("r2", 5_000), make_view()), RouteDecision)
 
 
@@ -170,7 +168,6 @@ def test_decodes_predicted_to_end_before_the_first_token_leave_their_slots_free(
     # token (its 5K-token prefill takes 0.4 s): it is admitted.
     s = scheduler(AdmissionMode.SHED, slo_s=2.0)
     fill_decode(s, first_token_s=0.0, decode_end_s=0.3, done=True)
-    assert s.ledger.decoding_requests(InstanceId("d0")) == 8
     assert isinstance(s.route(req("r", 5_000), make_view()), RouteDecision)
     # A decode running past its prediction holds its slot until it is reported done.
     late = scheduler(AdmissionMode.SHED, slo_s=2.0)

@@ -56,7 +56,6 @@ class DispatchLedger:
         self._prefill_s: dict[InstanceId, float] = {}
         self._decode_requests: dict[InstanceId, int] = {}
         self._decode_kv_bytes: dict[InstanceId, float] = {}
-        self._decoding: dict[InstanceId, int] = {}  # past prefill: in (or waiting for) the batch
         self._by_decode: dict[InstanceId, set[RequestId]] = {}
 
     def dispatch(
@@ -98,8 +97,6 @@ class DispatchLedger:
             raise KeyError(f"request {request_id}: prefill reported done twice")
         entry.is_prefilling = False
         self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
-        decode = entry.decode_instance_id
-        self._decoding[decode] = self._decoding.get(decode, 0) + 1
 
     def decode_done(self, request_id: RequestId) -> None:
         entry = self._entries.pop(request_id)
@@ -107,8 +104,6 @@ class DispatchLedger:
         self._by_decode[decode].discard(request_id)
         if entry.is_prefilling:
             self._add_prefill(entry.prefill_instance_id, -entry.prefill_work_s)
-        else:
-            self._decoding[decode] -= 1
         self._decode_requests[decode] -= 1
         self._decode_kv_bytes[decode] -= entry.kv_bytes
 
@@ -118,15 +113,11 @@ class DispatchLedger:
     def decode_requests(self, instance_id: InstanceId) -> int:
         return self._decode_requests.get(instance_id, 0)
 
-    def decoding_requests(self, instance_id: InstanceId) -> int:
-        """Requests on `instance_id` whose prefill is done: its decode batch and queue now."""
-        return self._decoding.get(instance_id, 0)
-
     def decode_overlap(
         self, instance_id: InstanceId, start_s: float, end_s: float, now_s: float
     ) -> DecodeOverlap:
         """`instance_id`'s dispatched requests whose predicted decode windows meet
-        [start_s, end_s): the most holding a slot at once, and their mean context.
+        [start_s, end_s): how many, the most holding a slot at once, their contexts summed.
 
         A request past its prefill holds its slot from now on (it decodes or waits for one);
         a prefill running late starts its decode now at the earliest; a decode running past
