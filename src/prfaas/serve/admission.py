@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from prfaas.scheduler import (
     Deferral,
     Rejection,
+    RejectReason,
     RouteDecision,
     RouteRequest,
 )
@@ -68,10 +69,19 @@ async def route_admitted(
             if decision.retry_after_s is None:
                 raise NoCapacityError(f"no instance can take the request: {decision.reason}")
             rt.metrics.admission_rejections.labels(decision.reason.value).inc()
-            predicted = decision.predicted_ttft_s or 0.0
             raise AdmissionRejectedError(
-                f"overloaded: predicted time to first token {predicted:.1f} s exceeds the "
-                f"objective ({decision.reason.value}); retry after {decision.retry_after_s:g} s",
+                f"overloaded: {why_refused(decision)} ({decision.reason.value}); retry after "
+                f"{decision.retry_after_s:g} s",
                 decision.retry_after_s,
             )
         return decision
+
+
+def why_refused(rejection: Rejection) -> str:
+    """What admission control predicted, in the client's terms."""
+    if rejection.reason is RejectReason.DECODE_BATCH_FULL:
+        return "every decode slot is taken or promised to earlier requests for this one's decode"
+    if rejection.reason is RejectReason.PREDICTED_TPOT_OVER_SLO:
+        return "the decode batch it would join would miss the time-per-token objective"
+    predicted = rejection.predicted_ttft_s or 0.0
+    return f"predicted time to first token {predicted:.1f} s exceeds the objective"
