@@ -25,7 +25,9 @@ TPOT objective however fast its prefill is. It is refused (`decode-batch-full`) 
 like a late prediction. Requests still in prefill count from their predicted first token (a
 batch about to be filled is as full as a filled one), decodes predicted to end before this
 one's first token do not count, and a decode running past its prediction holds its slot until
-it is reported done.
+it is reported done. With a TPOT objective (`tpot_slo_s`), the step of the batch it would
+join (that peak plus itself, at their mean context) is held to it as well
+(`predicted-tpot-over-slo`): on a KV-bound model a full batch of long contexts misses TPOT.
 
 The ledger counts a running prefill at its full estimate (it does not know how far it got), so
 the prediction errs late by at most one prefill; `margin_fraction` sets how far past the SLO
