@@ -167,7 +167,9 @@ def test_overload_refusals_never_flip_against_the_planners_n_p(config: Rebalance
     policy = RebalancePolicy(config)
     assert policy.target(case_study_view(4, 4), stats(), window(GEOMETRIC, output=343))[0] == 5
     actions = policy.step(case_study_view(4, 4), stats(0.97, 0.7), refusing_window(8, 2), 19_600)
-    assert not [a for a in actions if isinstance(a, FlipRole)]
+    # Nor does t move: in overload the steady-state model's t is followed only with a flip
+    # (moves without one cost 1.3% of the requests in SLO on the conversation slice at x0.22).
+    assert actions == []
 
 
 def test_overload_refusals_at_prfaas_or_balanced_flip_nothing(config: RebalanceConfig) -> None:

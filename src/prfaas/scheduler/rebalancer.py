@@ -17,9 +17,9 @@ One step, on the window of requests routed since the last step:
 
 In overload (admission control refused >= overload_refusal_fraction of the window's routed
 requests) steps 2-3 change: the flip needs the admission refusals by stage to point at the
-stage that is short and the planner's N_p to point the same way (`_overload_flip_role`), and t
-is the planner's best for the PD-P count after that flip (docs/scheduler.md, "The slow loop in
-overload").
+stage that is short and the planner's N_p to point the same way (`_overload_flip_role`); t
+moves only with a flip, to the planner's best for the PD-P count after it (docs/scheduler.md,
+"The slow loop in overload").
 
 Damping (issue 27: undamped, t swung 3.6K -> 9.5K -> 1.0K within 240 s on a held-out trace and
 cost 4-5% of the requests in SLO against the loop off). A threshold move is taken only when
@@ -198,17 +198,25 @@ class RebalancePolicy:
         n_p = len(view.accepting(Role.PD_PREFILL))  # after this step's flip (a drain: neither)
         try:
             target_n_p, _ = self.target(view, stats, window)
-            if window.refused_fraction >= self.config.overload_refusal_fraction:
+            overload = window.refused_fraction >= self.config.overload_refusal_fraction
+            if overload:
                 flip = self._overload_flip_role(view, window, target_n_p)
             else:
                 self._overload_flip = None
                 flip = self._flip(view, stats, target_n_p)
             if flip is not None:
                 n_p += 1 if flip.to_role is Role.PD_PREFILL else -1
-            _, target_t = self.target(view, stats, window, max(1, n_p))
-            new_t = self._damped_threshold(
-                view, stats, window, n_p=max(1, n_p), current_t=threshold_tokens, target_t=target_t
-            )
+            new_t = None
+            if flip is not None or not overload:  # in overload t follows a flip only
+                _, target_t = self.target(view, stats, window, max(1, n_p))
+                new_t = self._damped_threshold(
+                    view,
+                    stats,
+                    window,
+                    n_p=max(1, n_p),
+                    current_t=threshold_tokens,
+                    target_t=target_t,
+                )
         except PlanError:
             return []
         actions: list[RebalanceAction] = []
