@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-import httpx
 import pytest
-from wire_capture import loopback_capture, plaintext_found, tls_files
+from wire_capture import check_the_transfer_port, tls_files
 
 from prfaas.serve.config import (
     Deployment,
@@ -58,16 +57,4 @@ def launcher(
 
 
 def test_the_transfer_port_carries_plaintext_only_without_tls(launcher: Launcher) -> None:
-    encrypted = launcher.deployment.tls is not None
-    decode = launcher.deployment.instance("pdd-0")
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2, "temperature": 0}
-    with loopback_capture(decode.transfer_port) as seen:
-        response = httpx.post(launcher.url + "/v1/completions", json=body, timeout=60)
-    captured = bytes(seen)
-    assert response.status_code == 200, response.text
-    extra = response.json()["prfaas"]
-    assert extra["path"] == "prfaas" and extra["kv_bytes"] > 0
-    request_id = response.json()["id"].removeprefix("cmpl-")
-    assert len(captured) > extra["kv_bytes"] // 2, "the capture missed the transfer"
-    expected = (not encrypted,) * 3
-    assert plaintext_found(captured, request_id) == expected
+    check_the_transfer_port(launcher, MODEL, PROMPT, timeout_s=60)

@@ -11,10 +11,9 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from vllm_helpers import SECRET, pair_deployment
-from wire_capture import loopback_capture, plaintext_found, tls_files
+from wire_capture import check_the_transfer_port, tls_files
 
 from prfaas.serve.backends.vllm_child import vllm_python
 from prfaas.serve.launcher import Launcher
@@ -52,15 +51,4 @@ def launcher(
 
 
 def test_the_transfer_port_carries_plaintext_only_without_tls(launcher: Launcher) -> None:
-    encrypted = launcher.deployment.tls is not None
-    decode = launcher.deployment.instance("pdd-0")
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 2, "temperature": 0}
-    with loopback_capture(decode.transfer_port) as seen:
-        response = httpx.post(launcher.url + "/v1/completions", json=body, timeout=120)
-    captured = bytes(seen)
-    assert response.status_code == 200, response.text
-    extra = response.json()["prfaas"]
-    assert extra["path"] == "prfaas" and extra["kv_bytes"] > 0
-    request_id = response.json()["id"].removeprefix("cmpl-")
-    assert len(captured) > extra["kv_bytes"] // 2, "the capture missed the transfer"
-    assert plaintext_found(captured, request_id) == (not encrypted,) * 3
+    check_the_transfer_port(launcher, MODEL, PROMPT, timeout_s=120)

@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from serve_helpers import make_certificate
 
 from prfaas.serve.config import TlsSpec
+from prfaas.serve.launcher import Launcher
 from prfaas.transfer.wire import MAGIC, PROTOCOL_VERSION, FrameKind
 
 ETH_P_ALL = 0x0003
@@ -88,6 +90,24 @@ def plaintext_found(captured: bytes, request_id: str) -> tuple[bool, bool, bool]
     """What a reader of the capture recognises: the HELLO frame, a KV slice's frame header,
     and the request id that every slice's header names."""
     return HELLO in captured, DATA in captured, request_id.encode() in captured
+
+
+def check_the_transfer_port(launcher: Launcher, model: str, prompt: str, timeout_s: float) -> None:
+    """Send one PrfaaS-path completion while capturing the decode instance's transfer port
+    (`pdd-0`): the HELLO frame, KV frame headers and the request id are readable on the wire
+    exactly when the deployment has no `tls:`."""
+    encrypted = launcher.deployment.tls is not None
+    decode = launcher.deployment.instance("pdd-0")
+    body = {"model": model, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+    with loopback_capture(decode.transfer_port) as seen:
+        response = httpx.post(launcher.url + "/v1/completions", json=body, timeout=timeout_s)
+    captured = bytes(seen)
+    assert response.status_code == 200, response.text
+    extra = response.json()["prfaas"]
+    assert extra["path"] == "prfaas" and extra["kv_bytes"] > 0
+    request_id = response.json()["id"].removeprefix("cmpl-")
+    assert len(captured) > extra["kv_bytes"] // 2, "the capture missed the transfer"
+    assert plaintext_found(captured, request_id) == (not encrypted,) * 3
 
 
 def tls_files(where: Path) -> TlsSpec:

@@ -10,14 +10,15 @@
     python -m prfaas.integrations.vllm.tiny --fields F DIR   # float32, F: config.json fields
 
 Runs in the vLLM venv (transformers and torch there). Weights come from a fixed seed, so a
-directory built twice holds the same bytes. Constraints measured on this host
-(../shared/docs/vllm-cpu.md): every attention head dim >= 64; Qwen3-Next needs >= 1 expert,
-bf16 and linear key/value head dims 64. The tokenizer is byte level (one token per UTF-8 byte,
-`<bos>` first), saved beside the weights so `vllm serve` and clients load it offline. The GPT-2
-preset is an architecture prfaas's config reader does not know (`specs/hf_config.py`), with
-only a slow tokenizer's files (`vocab.json`, `merges.txt`, no `tokenizer.json`): the same
-bytes as tokens, no `<bos>`, `<|endoftext|>` as its one special token. Gemma-2 and Mixtral are
-unknown to the reader too: their sliding windows and experts come from vLLM's answer.
+directory built twice holds the same bytes. Constraints of vllm-cpu 0.32's CPU kernels, found by
+trying smaller shapes on the development host: every attention head dim >= 64; Qwen3-Next needs
+>= 1 expert, bf16 and linear key/value head dims 64. The tokenizer is byte level (one token per
+UTF-8 byte, `<bos>` first), saved beside the weights so `vllm serve` and clients load it
+offline. The GPT-2 preset is an architecture prfaas's config reader does not know
+(`specs/hf_config.py`), with only a slow tokenizer's files (`vocab.json`, `merges.txt`, no
+`tokenizer.json`): the same bytes as tokens, no `<bos>`, `<|endoftext|>` as its one special
+token. Gemma-2 and Mixtral are unknown to the reader too: their sliding windows and experts come
+from vLLM's answer.
 """
 
 from __future__ import annotations
