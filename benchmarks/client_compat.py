@@ -43,7 +43,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from prfaas.serve.config import free_port
+from prfaas.serve.config.deployment import free_port
 from provenance import REPO_ROOT, git_sha, host
 
 GUIDELLM_VERSION = "0.8.1"

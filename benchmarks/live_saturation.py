@@ -43,7 +43,7 @@ from prfaas.bench import parse_workload_spec, synthetic_arrivals
 from prfaas.cli.output import progress_bar
 from prfaas.metrics import RequestRecord, steady_throughput
 from prfaas.planner.scenario import ScenarioFile, build_scenario, validate
-from prfaas.serve.config import load_deployment
+from prfaas.serve.config.deployment import load_deployment
 from prfaas.serve.launcher import Launcher
 from prfaas.sim.arrivals import trace_arrivals
 from prfaas.sim.config import build_run_config

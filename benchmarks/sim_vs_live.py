@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from prfaas.cli.output import progress_bar
-from prfaas.serve.config import load_deployment
+from prfaas.serve.config.deployment import load_deployment
 from prfaas.serve.launcher import Launcher
 from provenance import emit, git_sha, host
 

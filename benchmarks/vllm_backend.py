@@ -32,8 +32,7 @@ from typing import Any
 import httpx
 
 from prfaas.serve.backends.vllm_child import vllm_environment, vllm_python
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Backend,
     Deployment,
     InstanceRole,
@@ -44,6 +43,7 @@ from prfaas.serve.config import (
     RouterSpec,
     free_port,
 )
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.launcher import Launcher
 from prfaas.specs.catalog import resolve_model
 from provenance import git_sha, host

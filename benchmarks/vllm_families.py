@@ -31,8 +31,8 @@ import httpx
 
 from prfaas.integrations.vllm.tiny import INITIALIZER_RANGE, LLAMA, VOCAB_SIZE
 from prfaas.serve.backends.vllm_child import vllm_environment, vllm_python
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import free_port
+from prfaas.serve.config.deployment import free_port
+from prfaas.serve.config.vllm_spec import VllmSpec
 from provenance import git_sha, host
 
 SHORT = "The lazy dog sleeps."

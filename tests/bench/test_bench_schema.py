@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from prfaas.cli.app import app
 from prfaas.metrics import validate_metrics
-from prfaas.serve.config import RouterSpec, default_deployment
+from prfaas.serve.config.deployment import RouterSpec, default_deployment
 
 runner = CliRunner()
 UP_TIMEOUT_S = 180.0

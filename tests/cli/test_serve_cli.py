@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.serve.config import free_port
+from prfaas.serve.config.deployment import free_port
 
 BAD = """\
 model: tiny-qwen3-next
@@ -121,7 +121,7 @@ def test_up_backend_vllm_needs_a_model_directory(tmp_path: Path) -> None:
 
 def test_command_line_overrides_apply_to_every_instance(tmp_path: Path) -> None:
     from prfaas.cli.serve import _overridden
-    from prfaas.serve.config import Backend, default_deployment
+    from prfaas.serve.config.deployment import Backend, default_deployment
 
     deployment = _overridden(default_deployment(), "0.0.0.0", 9000, str(tmp_path), Backend.VLLM)
     assert (deployment.router.host, deployment.router.port) == ("0.0.0.0", 9000)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from prfaas.serve import protocol as p
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Backend,
     Deployment,
     EmulationSpec,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prfaas.scheduler import AdmissionMode, admission_policy
-from prfaas.serve.config import default_deployment, load_deployment
+from prfaas.serve.config.deployment import default_deployment, load_deployment
 
 FILE = """\
 model: tiny-qwen3-next

@@ -11,8 +11,8 @@ import pytest
 from serve_helpers import emulated_instance
 
 from prfaas.scheduler import admission_policy
-from prfaas.serve.admission_spec import AdmissionSpec
-from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole, RouterSpec
+from prfaas.serve.config.admission_spec import AdmissionSpec
+from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole, RouterSpec
 from prfaas.serve.launcher import Launcher
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from serve_helpers import fake_info
 
 from prfaas.serve.breaker import FAILURES_TO_OPEN, FailureBreaker
-from prfaas.serve.config import default_deployment
+from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.registry import Registry
 
 

@@ -7,7 +7,7 @@ import httpx
 from serve_helpers import fake_info
 
 from prfaas.serve import completions
-from prfaas.serve.config import Backend, default_deployment
+from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.flow import RouterRuntime
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.openai_api import ChatCompletionRequest

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from prfaas.serve.backends.child_log import exit_report, log_path, spawn_logged
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import Backend, default_deployment
+from prfaas.serve.config.deployment import Backend, default_deployment
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.launcher import _with_engine_log_dir
 
 NOISY = "import sys\nfor i in range(350): print(f'INFO start-up line {i}')\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
     default_deployment,

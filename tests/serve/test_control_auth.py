@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.control_auth import (
     Admission,
     ControlCall,

@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from prfaas.serve.config import Deployment, DiskTierSpec, RouterSpec, default_deployment
+from prfaas.serve.config.deployment import Deployment, DiskTierSpec, RouterSpec, default_deployment
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e

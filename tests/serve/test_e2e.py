@@ -22,7 +22,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from prfaas.serve.config import RouterSpec, default_deployment
+from prfaas.serve.config.deployment import RouterSpec, default_deployment
 from prfaas.serve.launcher import Launcher
 from prfaas.transfer import linkemu
 

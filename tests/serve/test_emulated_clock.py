@@ -12,7 +12,7 @@ from serve_helpers import emulated_instance
 from prfaas.serve import emulated
 from prfaas.serve import protocol as p
 from prfaas.serve.backend import KvSlice, PrefillDone
-from prfaas.serve.config import Deployment, EmulationSpec, InstanceRole
+from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole
 
 
 def _backend() -> emulated.EmulatedBackend:

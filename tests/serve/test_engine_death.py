@@ -21,7 +21,7 @@ import pytest
 from serve_helpers import emulated_deployment
 
 from prfaas.serve.breaker import FAILURES_TO_OPEN
-from prfaas.serve.config import EmulationSpec
+from prfaas.serve.config.deployment import EmulationSpec
 from prfaas.serve.emulated import BOS_ID
 from prfaas.serve.launcher import Launcher
 

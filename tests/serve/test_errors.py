@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from prfaas.serve import protocol as p
-from prfaas.serve.config import default_deployment
+from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.errors import (
     BadRequestError,
     ContextLengthError,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.config import InstanceEdgeSpec, InstanceSpec
+from prfaas.serve.config.deployment import InstanceEdgeSpec, InstanceSpec
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e

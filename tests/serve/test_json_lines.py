@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
 from prfaas.serve.attempts import RequestFailed
-from prfaas.serve.config import default_deployment
+from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.flow import RouterRuntime, _decode
 from prfaas.serve.json_lines import json_line, split_lines
 from prfaas.serve.metrics import RouterMetrics

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment, emulated_instance
 
-from prfaas.serve.config import EmulationSpec, InstanceRole
+from prfaas.serve.config.deployment import EmulationSpec, InstanceRole
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e

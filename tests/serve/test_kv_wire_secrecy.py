@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from wire_capture import check_the_transfer_port, tls_files
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
     InstanceSpec,

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from prfaas.serve import kvlink, launcher
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
     LinkShaping,

@@ -20,7 +20,7 @@ from serve_helpers import fake_info
 
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
-from prfaas.serve.config import default_deployment
+from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.flow import RouterRuntime, _move
 from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.registry import Registry

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment, emulated_instance
 
-from prfaas.serve.config import InstanceRole, RouterSpec, default_deployment
+from prfaas.serve.config.deployment import InstanceRole, RouterSpec, default_deployment
 from prfaas.serve.errors import NoCapacityError
 from prfaas.serve.flow import RouterRuntime, check_length
 from prfaas.serve.launcher import Launcher

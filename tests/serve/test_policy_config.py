@@ -11,8 +11,8 @@ import pytest
 from prfaas.planner import load_scenario
 from prfaas.planner.scenario import AdmissionFile, LinkFile, RebalanceFile, SimulationFile
 from prfaas.scheduler import GlobalScheduler, RebalanceConfig, SchedulerConfig, assemble
-from prfaas.serve.admission_spec import AdmissionSpec
-from prfaas.serve.config import (
+from prfaas.serve.config.admission_spec import AdmissionSpec
+from prfaas.serve.config.deployment import (
     InstanceRole,
     InstanceSpec,
     RebalanceSpec,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.config import RouterSpec, load_deployment
+from prfaas.serve.config.deployment import RouterSpec, load_deployment
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.instance import _start_transfer, build_runtime
 from prfaas.serve.ports import with_held_ports

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
     InstanceSpec,

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_instance
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     EmulationSpec,
     InstanceRole,

@@ -20,7 +20,7 @@ from serve_helpers import fake_info
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
 from prfaas.serve.attempts import InstanceDown, InstanceFull, RequestFailed
-from prfaas.serve.config import default_deployment
+from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.errors import BadRequestError
 from prfaas.serve.flow import RouterRuntime, _prefill, tokenize
 from prfaas.serve.instance_app import _transfer_failure

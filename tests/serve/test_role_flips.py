@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serve_helpers import emulated_instance
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     EmulationSpec,
     InstanceRole,

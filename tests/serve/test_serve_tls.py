@@ -14,7 +14,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_instance, make_certificate
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     EmulationSpec,
     InstanceRole,

@@ -26,7 +26,12 @@ from prfaas.scheduler import (
     Window,
 )
 from prfaas.serve import rebalance
-from prfaas.serve.config import InstanceRole, InstanceSpec, RebalanceSpec, default_deployment
+from prfaas.serve.config.deployment import (
+    InstanceRole,
+    InstanceSpec,
+    RebalanceSpec,
+    default_deployment,
+)
 from prfaas.serve.profile import LiveProfile, PrefillTiming
 from prfaas.serve.registry import Registry
 

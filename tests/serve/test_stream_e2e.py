@@ -20,7 +20,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.config import EmulationSpec
+from prfaas.serve.config.deployment import EmulationSpec
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e

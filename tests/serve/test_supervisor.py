@@ -19,7 +19,13 @@ import pytest
 import yaml
 from serve_helpers import emulated_deployment, emulated_instance
 
-from prfaas.serve.config import EmulationSpec, InstanceRole, RouterSpec, SupervisorSpec, free_port
+from prfaas.serve.config.deployment import (
+    EmulationSpec,
+    InstanceRole,
+    RouterSpec,
+    SupervisorSpec,
+    free_port,
+)
 from prfaas.serve.supervisor import EXIT_GAVE_UP, RestartBudget
 from prfaas.transfer import linkemu
 

@@ -21,8 +21,8 @@ from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.integrations.vllm.tiny import LLAMA
 from prfaas.serve.backends.vllm import VllmBackend
 from prfaas.serve.backends.vllm_arch import layout_mismatch, model_from_probe, refusal, run_probe
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import Backend, Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.config.deployment import Backend, Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import BadRequestError
 from prfaas.specs.errors import UnsupportedConfigError
 from prfaas.specs.model import DenseMlp, LinearAttention, LinearKind, MoeMlp

@@ -52,8 +52,7 @@ from vllm_helpers import (
 )
 
 from prfaas.serve.backends.vllm_child import vllm_python
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
     Deployment,
     InstanceRole,
@@ -63,6 +62,7 @@ from prfaas.serve.config import (
     child_environment,
     free_port,
 )
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]

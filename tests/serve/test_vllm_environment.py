@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from prfaas.serve.backends.vllm_child import vllm_environment
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import load_deployment
+from prfaas.serve.config.deployment import load_deployment
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
 
 INSTANCES = "instances:\n  - {name: pdd-0, role: pd-decode, cluster: pd}\n"

@@ -21,7 +21,14 @@ from serve_helpers import make_certificate, recording_relay
 from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.integrations.vllm.transfer_io import IoSettings, TransferIO
 from prfaas.serve.backends.vllm_child import connector_config
-from prfaas.serve.config import Backend, Deployment, InstanceRole, InstanceSpec, LinkSpec, free_port
+from prfaas.serve.config.deployment import (
+    Backend,
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    LinkSpec,
+    free_port,
+)
 from prfaas.transfer import PeerAddress, PeerIdentity, SliceKey, TlsConfig
 from prfaas.transfer.shipping import RATE_BURST_BYTES, Pacing, ShippingPlan
 from prfaas.transfer.wire import MAGIC, PROTOCOL_VERSION, FrameKind
@@ -108,7 +115,7 @@ def test_its_threads_run_on_every_cpu_though_vllm_pinned_the_process() -> None:
         "import os, threading\n"
         f"os.sched_setaffinity(0, {{{every[0]}}})\n"
         "from prfaas.integrations.vllm.transfer_io import IoSettings, TransferIO\n"
-        "from prfaas.serve.config import free_port\n"
+        "from prfaas.serve.config.deployment import free_port\n"
         "from prfaas.transfer import PeerIdentity\n"
         "from prfaas.transfer.shipping import ShippingPlan\n"
         "plan = ShippingPlan('127.0.0.1', free_port(), True, 2**20)\n"

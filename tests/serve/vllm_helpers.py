@@ -16,8 +16,7 @@ import httpx
 import pytest
 
 from prfaas.serve.backends.vllm_child import vllm_environment, vllm_python
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Backend,
     Deployment,
     InstanceRole,
@@ -27,6 +26,7 @@ from prfaas.serve.config import (
     RouterSpec,
     free_port,
 )
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.launcher import Launcher
 
 SHORT = "The lazy dog sleeps."

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from serve_helpers import make_certificate
 
-from prfaas.serve.config import TlsSpec
+from prfaas.serve.config.deployment import TlsSpec
 from prfaas.serve.launcher import Launcher
 from prfaas.transfer.wire import MAGIC, PROTOCOL_VERSION, FrameKind
 

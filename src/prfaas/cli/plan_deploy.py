@@ -1,5 +1,5 @@
 """`prfaas plan --deployment-out FILE`: the chosen PrfaaS-PD plan as a deployment file that
-`prfaas up` accepts (serve.config), on the emulated backend at full scale.
+`prfaas up` accepts (serve.config.deployment), on the emulated backend at full scale.
 
 One instance per planned PrfaaS prefill, PD-P and PD-D instance, each with the chip and GPUs
 per instance of its cluster (as the parallelism search chose them), the plan's threshold, the
@@ -18,11 +18,11 @@ from pydantic import ValidationError
 
 from prfaas.planner.model import Hardware
 from prfaas.planner.plan import PlanReport
-from prfaas.serve.config import Deployment, validation_problems
+from prfaas.serve.config.deployment import Deployment, validation_problems
 from prfaas.specs.errors import SpecError
 
 MIB = 2**20
-#: Emulated KV payloads are this fraction of the real bytes (serve.config.EmulationSpec default).
+#: Emulated KV payloads are this fraction of the real bytes (serve.config's EmulationSpec default).
 BYTE_FACTOR = 1 / 256
 #: Prefix pool per instance where the memory model defines no KV capacity (the weights do not
 #: fit), as in configs/case-study-prfaas-pd.yaml.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from pydantic import ValidationError
 
-from prfaas.serve.config import Backend, Deployment, load_deployment, validation_problems
+from prfaas.serve.config.deployment import Backend, Deployment, load_deployment, validation_problems
 from prfaas.serve.errors import DeploymentError, ServeError
 from prfaas.serve.preflight import Scope, require_valid
 from prfaas.transfer.errors import ConfigError

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from prfaas.serve.config import Deployment, configured_admin_token
+from prfaas.serve.config.deployment import Deployment, configured_admin_token
 from prfaas.serve.errors import error_body
 
 MIN_TOKEN_BYTES = 16

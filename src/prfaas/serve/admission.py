@@ -9,8 +9,9 @@ carries out its verdicts on the HTTP path:
               and is routed again, with the time it has waited, until it is admitted or
               rejected as `deferred-too-long`; prfaas:admission_deferrals_total counts waits
 
-Settings live in the deployment file under `router.admission` (`serve.admission_spec`); the TTFT
-objective is given there, since the router has no scenario SLO. On (`shed`) by default.
+Settings live in the deployment file under `router.admission`
+(`serve.config.admission_spec`); the TTFT objective is given there, since the router has no
+scenario SLO. On (`shed`) by default.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from prfaas.kvcache import CacheEvent, CacheIdentity
 from prfaas.serve import protocol as p
-from prfaas.serve.config import Backend, Deployment, InstanceSpec
+from prfaas.serve.config.deployment import Backend, Deployment, InstanceSpec
 from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import LinkSignals, PeerIdentity
 

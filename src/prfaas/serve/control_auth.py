@@ -53,7 +53,7 @@ from enum import Enum
 import httpx
 from starlette.types import Scope
 
-from prfaas.serve.config import Deployment
+from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.errors import AuthenticationError, NoCapacityError
 
 INSTANCE_HEADER = "x-prfaas-instance"

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from prfaas.serve.config import Deployment
+from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.launcher import Launcher
 from prfaas.serve.startup import wait_with_progress
 from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor

@@ -53,7 +53,7 @@ from prfaas.serve.backend import (
     SeqEvent,
     Token,
 )
-from prfaas.serve.config import Deployment, InstanceSpec
+from prfaas.serve.config.deployment import Deployment, InstanceSpec
 from prfaas.serve.errors import BadRequestError, InstanceFailedError
 from prfaas.serve.profile import PrefillTiming
 from prfaas.specs.catalog import get_chip, get_model, profile_for

@@ -61,7 +61,7 @@ from prfaas.scheduler import GlobalScheduler, RouteDecision, RouteRequest
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import route_admitted
 from prfaas.serve.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
-from prfaas.serve.config import Deployment
+from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.errors import (
     BadRequestError,
     ContextLengthError,

@@ -68,7 +68,7 @@ from prfaas.serve.backend import (
     Token,
     build_backend,
 )
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
     InstanceSpec,

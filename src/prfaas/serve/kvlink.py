@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec, transfer_tls
+from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec, transfer_tls
 from prfaas.transfer import ArraySink, RequestId
 from prfaas.transfer.linkemu import RouteProbe
 from prfaas.transfer.shipping import Pacing, ReceiverNamespace, SenderNamespace, ShippingPlan

@@ -50,7 +50,7 @@ import httpx
 import yaml
 
 from prfaas.serve.admin_auth import admin_token
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
     Backend,
     Deployment,

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from prfaas.scheduler import GlobalScheduler, SchedulerConfig, SchedulerSetup, assemble
 from prfaas.serve import protocol as p
-from prfaas.serve.config import Deployment, InstanceRole
+from prfaas.serve.config.deployment import Deployment, InstanceRole
 from prfaas.serve.errors import NoCapacityError
 from prfaas.serve.profile import LiveProfile, PrefillTiming
 from prfaas.serve.rebalance import live_hardware

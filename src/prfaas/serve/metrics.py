@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from prfaas.serve.config import InstanceRole
+from prfaas.serve.config.deployment import InstanceRole
 from prfaas.serve.registry import Registry
 
 MAX_COMPLETED = 2000

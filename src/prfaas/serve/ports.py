@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import socket
 
-from prfaas.serve.config import Deployment
+from prfaas.serve.config.deployment import Deployment
 
 
 def hold_port(host: str) -> socket.socket:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from prfaas.scheduler import missing_roles
 from prfaas.serve.admin_auth import MIN_TOKEN_BYTES
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Backend,
     Deployment,
     configured_admin_token,

@@ -40,7 +40,7 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
 from prfaas.serve import protocol as p
-from prfaas.serve.config import InstanceRole, RebalanceSpec
+from prfaas.serve.config.deployment import InstanceRole, RebalanceSpec
 from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
 from prfaas.serve.profile import LiveProfile
 

@@ -48,7 +48,7 @@ from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
 from prfaas.serve import protocol as p
 from prfaas.serve.breaker import FailureBreaker
-from prfaas.serve.config import Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
 from prfaas.serve.overload import LoopWatch
 

@@ -37,7 +37,12 @@ from prfaas.serve import protocol as p
 from prfaas.serve.admin_auth import BearerAuth, admin_token, router_guards
 from prfaas.serve.admission import AdmissionRejectedError
 from prfaas.serve.completions import complete
-from prfaas.serve.config import Deployment, InstanceRole, configured_api_key, transfer_secret
+from prfaas.serve.config.deployment import (
+    Deployment,
+    InstanceRole,
+    configured_api_key,
+    transfer_secret,
+)
 from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.dashboard import register_dashboard
 from prfaas.serve.edge import EdgeGuard, edge_server_config

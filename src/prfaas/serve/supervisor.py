@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prfaas.serve.config import SupervisorSpec
+from prfaas.serve.config.deployment import SupervisorSpec
 from prfaas.serve.launcher import Launcher
 
 EXIT_STOPPED = 0

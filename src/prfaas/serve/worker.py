@@ -51,7 +51,7 @@ from prfaas.serve.backend import (
     SeqEvent,
     Token,
 )
-from prfaas.serve.config import Deployment, DiskTierSpec, InstanceSpec
+from prfaas.serve.config.deployment import Deployment, DiskTierSpec, InstanceSpec
 from prfaas.transfer import identity_for
 
 MAX_EVENT_LOG = 200_000

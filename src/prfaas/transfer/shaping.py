@@ -1,6 +1,6 @@
 """Transports that shape a link in user space or route it through network namespaces.
 
-The PrfaaS -> PD link is emulated on one host in one of two ways (`serve.config.LinkSpec`),
+The PrfaaS -> PD link is emulated on one host in one of two ways (`serve.config`'s `LinkSpec`),
 and `transfer.shipping` picks the transports here from an instance's `ShippingPlan`:
 
 - kernel: `prfaas up` built two network namespaces joined by a tbf-shaped veth pair, or a TUN

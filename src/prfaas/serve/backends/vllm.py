@@ -76,7 +76,7 @@ from prfaas.serve.backends.vllm_child import (
 )
 from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
 from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     Deployment,
     InstanceSpec,
     free_port,

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prfaas.serve.backends.vllm_spec import VllmSpec
-from prfaas.serve.config import Deployment, InstanceSpec
+from prfaas.serve.config.deployment import Deployment, InstanceSpec
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.kvlink import shipping_plan
 from prfaas.transfer.config import SECRET_ENV_VAR
 

@@ -46,8 +46,8 @@ from pydantic import (
 
 from prfaas.planner.scenario import RebalanceFile
 from prfaas.scheduler import check_policy
-from prfaas.serve.admission_spec import AdmissionSpec
-from prfaas.serve.backends.vllm_spec import VllmSpec
+from prfaas.serve.config.admission_spec import AdmissionSpec
+from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
 from prfaas.specs.catalog import get_chip, model_names
 from prfaas.specs.errors import SpecError
@@ -284,7 +284,7 @@ class Deployment(_Strict):
     rebalance: RebalanceSpec = RebalanceSpec()
     tls: TlsSpec | None = None  # None: plain TCP (the HMAC handshake still authenticates)
     supervisor: SupervisorSpec = SupervisorSpec()
-    vllm: VllmSpec = VllmSpec()  # backend: vllm instances (serve.backends.vllm_spec)
+    vllm: VllmSpec = VllmSpec()  # backend: vllm instances (serve.config.vllm_spec)
     instances: tuple[InstanceSpec, ...]
 
     @field_validator("policy")

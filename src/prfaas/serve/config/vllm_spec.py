@@ -6,7 +6,7 @@
     instances:
       - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas, backend: vllm}
 
-Pure data (pydantic): `serve.config` embeds it; `serve.backends.vllm` reads it.
+Pure data (pydantic): `serve.config.deployment` embeds it; `serve.backends.vllm` reads it.
 """
 
 from __future__ import annotations
