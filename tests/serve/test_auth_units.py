@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prfaas.serve.admin_auth import BearerAuth, bearer_matches, router_guards
+from prfaas.serve.auth.admin import BearerAuth, bearer_matches, router_guards
 
 ADMIN = "admin-token-0123456789abcdef"
 KEY = "api-key-for-v1"

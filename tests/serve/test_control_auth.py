@@ -1,4 +1,4 @@
-"""Signed control calls on their own (`serve.control_auth`): what a signature binds, and an
+"""Signed control calls on their own (`serve.auth.control`): what a signature binds, and an
 instance's edge (`serve.edge.EdgeGuard` with a `ControlGate`) in front of a tiny ASGI app:
 a call is taken once, at the instance it was signed for, and refused before its body is read
 when its headers already say no."""
@@ -17,8 +17,7 @@ from fastapi import FastAPI, Request
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
-from prfaas.serve.control_auth import (
+from prfaas.serve.auth.control import (
     Admission,
     ControlCall,
     ControlGate,
@@ -28,6 +27,7 @@ from prfaas.serve.control_auth import (
     signature,
     signed_headers,
 )
+from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.edge import EdgeGuard
 from prfaas.serve.errors import AuthenticationError
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.control_auth import ControlSigner, control_key, signed_headers
+from prfaas.serve.auth.control import ControlSigner, control_key, signed_headers
 from prfaas.serve.launcher import Launcher
 
 pytestmark = pytest.mark.e2e

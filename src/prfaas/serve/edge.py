@@ -1,6 +1,6 @@
 """The HTTP edge of the router and of every instance: what a client cannot do to the process,
 before any route runs. One mechanism, two configurations (`router.*` limits; an instance's
-`instance_edge.*` limits plus its signature check, `serve.control_auth`).
+`instance_edge.*` limits plus its signature check, `serve.auth.control`).
 
 `EdgeGuard` (an ASGI middleware, outermost inside the app) reads every request body itself
 (an instance's: every request, as its signature covers the body):
@@ -60,7 +60,7 @@ MAX_HEADER_BYTES = 16 * 1024  # h11's default, stated: request line plus headers
 
 
 class BodyGate(Protocol):
-    """A check `EdgeGuard` runs around its read of a body (`serve.control_auth.ControlGate`):
+    """A check `EdgeGuard` runs around its read of a body (`serve.auth.control.ControlGate`):
     each method raises a `ServeError` to refuse the request."""
 
     def check_head(self, scope: Scope) -> None:

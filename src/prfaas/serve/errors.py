@@ -72,7 +72,7 @@ class ContextLengthError(BadRequestError):
 
 
 class AuthenticationError(ServeError):
-    """A control call an instance does not take (serve.control_auth): unsigned, signed for
+    """A control call an instance does not take (serve.auth.control): unsigned, signed for
     another instance, stale, replayed or altered."""
 
     status_code = 401

@@ -49,7 +49,8 @@ from typing import Any
 import httpx
 import yaml
 
-from prfaas.serve.admin_auth import admin_token
+from prfaas.serve.auth.admin import admin_token
+from prfaas.serve.auth.control import ControlSigner
 from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
     Backend,
@@ -61,7 +62,6 @@ from prfaas.serve.config.deployment import (
     configured_admin_token,
     transfer_tls,
 )
-from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.ports import with_held_ports
 from prfaas.transfer import linkemu

@@ -36,7 +36,7 @@ from enum import Enum
 from pathlib import Path
 
 from prfaas.scheduler import missing_roles
-from prfaas.serve.admin_auth import MIN_TOKEN_BYTES
+from prfaas.serve.auth.admin import MIN_TOKEN_BYTES
 from prfaas.serve.config.deployment import (
     Backend,
     Deployment,

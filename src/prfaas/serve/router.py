@@ -9,7 +9,7 @@
 
 The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 `/admin/*` needs the admin bearer token, `/v1/*` the API key when one is set
-(`serve.admin_auth`); every call to an instance is signed (`serve.control_auth`).
+(`serve.auth.admin`); every call to an instance is signed (`serve.auth.control`).
 
 At most `router.max_inflight_requests` requests that call instances run at once; past that,
 429 with `Retry-After` (`serve.overload.InflightLimit`).
@@ -34,8 +34,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
-from prfaas.serve.admin_auth import BearerAuth, admin_token, router_guards
 from prfaas.serve.admission import AdmissionRejectedError
+from prfaas.serve.auth.admin import BearerAuth, admin_token, router_guards
+from prfaas.serve.auth.control import ControlSigner
 from prfaas.serve.completions import complete
 from prfaas.serve.config.deployment import (
     Deployment,
@@ -43,7 +44,6 @@ from prfaas.serve.config.deployment import (
     configured_api_key,
     transfer_secret,
 )
-from prfaas.serve.control_auth import ControlSigner
 from prfaas.serve.dashboard import register_dashboard
 from prfaas.serve.edge import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
