@@ -8,9 +8,9 @@ from serve_helpers import fake_info
 
 from prfaas.serve import completions
 from prfaas.serve.config.deployment import Backend, default_deployment
+from prfaas.serve.edge.openai_api import ChatCompletionRequest
 from prfaas.serve.flow import RouterRuntime
 from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.openai_api import ChatCompletionRequest
 from prfaas.serve.registry import Registry
 
 

@@ -1,5 +1,5 @@
 """Signed control calls on their own (`serve.auth.control`): what a signature binds, and an
-instance's edge (`serve.edge.EdgeGuard` with a `ControlGate`) in front of a tiny ASGI app:
+instance's edge (`serve.edge.guard.EdgeGuard` with a `ControlGate`) in front of a tiny ASGI app:
 a call is taken once, at the instance it was signed for, and refused before its body is read
 when its headers already say no."""
 
@@ -28,7 +28,7 @@ from prfaas.serve.auth.control import (
     signed_headers,
 )
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
-from prfaas.serve.edge import EdgeGuard
+from prfaas.serve.edge.guard import EdgeGuard
 from prfaas.serve.errors import AuthenticationError
 
 SECRET = b"the deployment secret, 32 bytes!"

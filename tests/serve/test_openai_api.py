@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prfaas.serve.completions import nth_seed
-from prfaas.serve.errors import BadRequestError, PayloadTooLargeError, ServeError
-from prfaas.serve.openai_api import (
+from prfaas.serve.edge.openai_api import (
     MAX_TOKENS_LIMIT,
     SEED_MAX,
     SEED_MIN,
@@ -22,6 +21,7 @@ from prfaas.serve.openai_api import (
     parse_body,
     usage,
 )
+from prfaas.serve.errors import BadRequestError, PayloadTooLargeError, ServeError
 from prfaas.serve.protocol import transcript
 
 LIMIT = 10_000

@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from prfaas.serve.errors import BadRequestError, ServeError
-from prfaas.serve.jsonbody import MAX_JSON_DEPTH, load_json
-from prfaas.serve.openai_api import (
+from prfaas.serve.edge.jsonbody import MAX_JSON_DEPTH, load_json
+from prfaas.serve.edge.openai_api import (
     MAX_STOP_SEQUENCES,
     REFUSED,
     ChatCompletionRequest,
     CompletionRequest,
     parse_body,
 )
+from prfaas.serve.errors import BadRequestError, ServeError
 from prfaas.serve.protocol import Sampling, transcript
 
 LIMIT = 1_000_000

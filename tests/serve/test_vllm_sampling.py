@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from prfaas.serve.backends.vllm_api import vllm_sampling
 from prfaas.serve.completions import _sampling
-from prfaas.serve.openai_api import CompletionRequest, parse_body
+from prfaas.serve.edge.openai_api import CompletionRequest, parse_body
 
 _VALUES = {
     "temperature": st.floats(min_value=0.0, max_value=2.0),

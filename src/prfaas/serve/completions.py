@@ -38,18 +38,7 @@ from starlette.types import Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.admission import AdmissionRejectedError
-from prfaas.serve.errors import BadRequestError, ModelNotFoundError, ServeError
-from prfaas.serve.flow import (
-    Placed,
-    RouterRuntime,
-    check_length,
-    check_token_ids,
-    context_tokens,
-    generate,
-    tokenize,
-    tokenize_chat,
-)
-from prfaas.serve.openai_api import (
+from prfaas.serve.edge.openai_api import (
     SEED_MAX,
     SEED_MIN,
     ChatCompletionRequest,
@@ -61,6 +50,17 @@ from prfaas.serve.openai_api import (
     envelope,
     parse_body,
     usage,
+)
+from prfaas.serve.errors import BadRequestError, ModelNotFoundError, ServeError
+from prfaas.serve.flow import (
+    Placed,
+    RouterRuntime,
+    check_length,
+    check_token_ids,
+    context_tokens,
+    generate,
+    tokenize,
+    tokenize_chat,
 )
 
 DEFAULT_MAX_TOKENS = 16
@@ -146,7 +146,7 @@ async def _prompt_tokens(rt: RouterRuntime, prompt: Prompt, index: int) -> list[
 async def _prepare(
     rt: RouterRuntime, request: Request, is_chat: bool
 ) -> tuple[AnyRequest, list[Job]]:
-    raw = await request.body()  # read and bounded by serve.edge.EdgeGuard
+    raw = await request.body()  # read and bounded by serve.edge.guard.EdgeGuard
     kind: type[AnyRequest] = ChatCompletionRequest if is_chat else CompletionRequest
     req = parse_body(raw, kind, rt.deployment.router.max_body_bytes)
     if req.model != rt.deployment.model_name:

@@ -31,7 +31,7 @@ plus delay) for prefixes it moves to the PrfaaS cluster.
                    arrives for it is released (`serve.kv_claims`), its engine work dropped
 
 Every call must be signed for this instance with the deployment's secret (`serve.auth.control`:
-401 otherwise, before the body is read), within the router's limits (`serve.edge`, the
+401 otherwise, before the body is read), within the router's limits (`serve.edge.guard`, the
 deployment's `instance_edge`); `/prefill` and `/prefix/send` connect only to transfer
 endpoints the deployment file names (`transfer_peer`: 400 for any other address).
 

@@ -2,7 +2,7 @@
 
 `serve_instance` builds the runtime (`serve.instance.build_runtime`: the backend and its
 shipping plan), the FastAPI app around it (every call signed for this instance and within
-the router's limits: `serve.edge`, `serve.auth.control`), and serves it with uvicorn until
+the router's limits: `serve.edge.guard`, `serve.auth.control`), and serves it with uvicorn until
 SIGINT/SIGTERM; the app's lifespan is the runtime's (`serve.instance.running`). Errors map
 to the OpenAI-style JSON of `serve.errors`; a transfer failure is 503 when the decode side
 lacked room, 502 otherwise.
@@ -22,7 +22,7 @@ from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlGate
 from prfaas.serve.backend import CachedPrefixReporter, InstanceBackend, RendersChat
 from prfaas.serve.config.deployment import Deployment
-from prfaas.serve.edge import EdgeGuard, edge_server_config
+from prfaas.serve.edge.guard import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     InstanceFailedError,

@@ -4,7 +4,7 @@ A router saturated on one core used to take its healthy instances for dead (its 
 out while its own event loop was busy), then answered requests 400 (a context of 0 read
 while no instance was "up") and 503. Two mechanisms keep overload an honest 429 instead:
 
-    InflightLimit   ASGI middleware (innermost, after `serve.edge.EdgeGuard` read the body):
+    InflightLimit   ASGI middleware (innermost, after `serve.edge.guard.EdgeGuard` read the body):
                     at most `router.max_inflight_requests` requests that use the instances
                     (completions, chat, tokenize, detokenize) run at once, streams until
                     their last byte; past it, 429 `rate_limit_exceeded` with

@@ -13,7 +13,7 @@ The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
 
 At most `router.max_inflight_requests` requests that call instances run at once; past that,
 429 with `Retry-After` (`serve.overload.InflightLimit`).
-Every body is read, bounded and timed by `serve.edge.EdgeGuard` before a route runs (and any
+Every body is read, bounded and timed by `serve.edge.guard.EdgeGuard` before a route runs (and any
 error a route lets escape becomes a JSON 500 there); headers have their own deadline
 (`edge_server_config`). Every error leaves as OpenAI's error JSON; the status comes from
 the `ServeError` class (errors.py), mapped in `_serve_error` only. How a completion request
@@ -45,7 +45,7 @@ from prfaas.serve.config.deployment import (
     transfer_secret,
 )
 from prfaas.serve.dashboard import register_dashboard
-from prfaas.serve.edge import EdgeGuard, edge_server_config
+from prfaas.serve.edge.guard import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,

@@ -33,10 +33,10 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 import prfaas
+from prfaas.serve.edge.jsonbody import load_json
+from prfaas.serve.edge.openai_api import MAX_TOKEN_ID, ChatFields, parse_body
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError
 from prfaas.serve.flow import RouterRuntime, check_token_ids, detokenize, tokenize, tokenize_chat
-from prfaas.serve.jsonbody import load_json
-from prfaas.serve.openai_api import MAX_TOKEN_ID, ChatFields, parse_body
 
 
 class _Body(BaseModel):

@@ -19,7 +19,7 @@ of the deployment already shares, under its own label, so a control signature is
 valid transfer-handshake MAC or the other way round. The router's client signs every request
 (`ControlSigner`, an `httpx.Auth`, which finds the instance's name from the URL's
 `host:http_port` in the deployment). An instance checks in two steps (`ControlGate`, run by
-`serve.edge.EdgeGuard`, which owns the body limits and timeouts):
+`serve.edge.guard.EdgeGuard`, which owns the body limits and timeouts):
 
     on the headers, before a byte of the body is read         401 unsigned; addressed to
                                                               another instance; more than
@@ -201,7 +201,7 @@ class _SignedHead:
 
 
 class ControlGate:
-    """An instance's check of signed calls, for `serve.edge.EdgeGuard` (its `BodyGate`): the
+    """An instance's check of signed calls, for `serve.edge.guard.EdgeGuard` (its `BodyGate`): the
     headers before the body is read, the signature once it is."""
 
     def __init__(

@@ -106,7 +106,7 @@ class RouterSpec(_Strict):
 
 
 class InstanceEdgeSpec(_Strict):
-    """The limits of every instance's control API (serve.edge, as the router's own): its
+    """The limits of every instance's control API (serve.edge.guard, as the router's own): its
     callers are the router and operator tools, whose bodies are token ids and prompts."""
 
     max_body_bytes: int = Field(default=64 * 2**20, gt=0)

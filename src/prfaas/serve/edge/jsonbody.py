@@ -13,7 +13,7 @@ turns every one into a `BadRequestError` (OpenAI 400) before or while parsing:
     a lone UTF-16 surrogate ("\\ud800")       refused after parsing: such a str cannot be
                                             encoded again (the tokenizer call would fail)
 
-Memory: the caller bounds the bytes (`serve.edge` stops reading at `max_body_bytes`).
+Memory: the caller bounds the bytes (`serve.edge.guard` stops reading at `max_body_bytes`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ the model's chat template with vLLM's switches (`add_generation_prompt`,
 one tokenizes a plain transcript (`protocol.transcript`).
 
 `parse_body` is the one place raw bytes become a request: oversized -> 413, not JSON (or JSON
-that `serve.jsonbody` refuses) -> 400, schema violations -> 400 naming the field; all as
+that `serve.edge.jsonbody` refuses) -> 400, schema violations -> 400 naming the field; all as
 `ServeError`s.
 """
 
@@ -44,8 +44,8 @@ from pydantic import (
     model_validator,
 )
 
+from prfaas.serve.edge.jsonbody import load_json
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError
-from prfaas.serve.jsonbody import load_json
 from prfaas.serve.protocol import ChatPrompt, ChatTurn, Logprob, TopLogprob
 
 MAX_TOKENS_LIMIT = 1_000_000
