@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prfaas.kvcache.ids import RequestId
 from prfaas.scheduler import Rejection, RejectReason
-from prfaas.serve.admission import why_refused
+from prfaas.serve.router.admission import why_refused
 
 
 def test_each_reason_says_what_was_predicted() -> None:

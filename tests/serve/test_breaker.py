@@ -1,4 +1,4 @@
-"""Issue 26 item 2: an instance is taken out by its own failures (`serve.breaker`).
+"""Issue 26 item 2: an instance is taken out by its own failures (`serve.router.breaker`).
 
 Its engine died, its shell still answers `/state`: every request placed on it failed. The
 breaker opens after `threshold` failures in a row, for `cooldown_s`, then lets the next
@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from serve_helpers import fake_info
 
-from prfaas.serve.breaker import FAILURES_TO_OPEN, FailureBreaker
 from prfaas.serve.config.deployment import default_deployment
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.breaker import FAILURES_TO_OPEN, FailureBreaker
+from prfaas.serve.router.registry import Registry
 
 
 def test_three_failures_in_a_row_open_it_for_the_cooldown_then_one_try_decides() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import httpx
 from serve_helpers import fake_info
 
-from prfaas.serve import completions
 from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.edge.openai_api import ChatCompletionRequest
-from prfaas.serve.flow import RouterRuntime
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.registry import Registry
+from prfaas.serve.router import completions
+from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.registry import Registry
 
 
 def _runtime(chat_runs_to_context: bool) -> RouterRuntime:

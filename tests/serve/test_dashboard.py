@@ -26,8 +26,8 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.dashboard import History
 from prfaas.serve.launcher import Launcher
+from prfaas.serve.router.dashboard import History
 
 pytestmark = pytest.mark.e2e
 

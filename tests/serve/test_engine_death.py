@@ -6,7 +6,7 @@ while its `/state` answers, so the router's polls see it up). Before the fix eve
 prompt was placed on it three times and the client got 502, and every tokenization asked
 it first and failed. Now a failed attempt excludes the instance for that request (the
 retry goes to PD-P, `no-prfaas-instance`), tokenization falls back to another instance,
-and its failures in a row count against it (`serve.breaker`).
+and its failures in a row count against it (`serve.router.breaker`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.breaker import FAILURES_TO_OPEN
 from prfaas.serve.config.deployment import EmulationSpec
 from prfaas.serve.emulated import BOS_ID
 from prfaas.serve.launcher import Launcher
+from prfaas.serve.router.breaker import FAILURES_TO_OPEN
 
 LONG = "a much longer prompt " * 20  # 421 tokens > t = 128: PrfaaS
 

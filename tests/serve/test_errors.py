@@ -21,9 +21,9 @@ from prfaas.serve.errors import (
     error_body,
     from_response,
 )
-from prfaas.serve.flow import RouterRuntime, tokenize
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.flow import RouterRuntime, tokenize
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.registry import Registry
 
 
 def _raw(message: str, error_type: str, code: str | None = None) -> bytes:

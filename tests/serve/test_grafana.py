@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from prfaas.serve.metrics import RouterMetrics
+from prfaas.serve.router.metrics import RouterMetrics
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana" / "prfaas-router.json"
 SUFFIXES = ("", "_total", "_bucket", "_count", "_sum")

@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
-from prfaas.serve.attempts import RequestFailed
 from prfaas.serve.config.deployment import default_deployment
-from prfaas.serve.flow import RouterRuntime, _decode
 from prfaas.serve.json_lines import json_line, split_lines
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.attempts import RequestFailed
+from prfaas.serve.router.flow import RouterRuntime, _decode
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.registry import Registry
 
 SEPARATORS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 TEXT = st.text(

@@ -21,9 +21,9 @@ from serve_helpers import fake_info
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import default_deployment
-from prfaas.serve.flow import RouterRuntime, _move
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.flow import RouterRuntime, _move
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.registry import Registry
 
 PREFIX_TOKENS = 112
 NUM_REQUESTS = 10

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prfaas.serve.completions import nth_seed
 from prfaas.serve.edge.openai_api import (
     MAX_TOKENS_LIMIT,
     SEED_MAX,
@@ -23,6 +22,7 @@ from prfaas.serve.edge.openai_api import (
 )
 from prfaas.serve.errors import BadRequestError, PayloadTooLargeError, ServeError
 from prfaas.serve.protocol import transcript
+from prfaas.serve.router.completions import nth_seed
 
 LIMIT = 10_000
 

@@ -15,11 +15,11 @@ from serve_helpers import emulated_deployment, emulated_instance
 
 from prfaas.serve.config.deployment import InstanceRole, RouterSpec, default_deployment
 from prfaas.serve.errors import NoCapacityError
-from prfaas.serve.flow import RouterRuntime, check_length
 from prfaas.serve.launcher import Launcher
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.overload import STALL_S, LoopWatch
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.flow import RouterRuntime, check_length
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.overload import STALL_S, LoopWatch
+from prfaas.serve.router.registry import Registry
 
 MAX_INFLIGHT = 4
 BURST = 60

@@ -18,11 +18,11 @@ from prfaas.serve.config.deployment import (
     RouterSpec,
 )
 from prfaas.serve.emulated import EmulatedBackend
-from prfaas.serve.flow import RouterRuntime
 from prfaas.serve.instance import build_runtime
-from prfaas.serve.metrics import RouterMetrics
 from prfaas.serve.profile import LiveProfile, PrefillTiming, sample_lengths
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.registry import Registry
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 
 TIME_FACTOR = 2.0

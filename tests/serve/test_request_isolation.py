@@ -19,13 +19,13 @@ from serve_helpers import fake_info
 
 from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
-from prfaas.serve.attempts import InstanceDown, InstanceFull, RequestFailed
 from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.errors import BadRequestError
-from prfaas.serve.flow import RouterRuntime, _prefill, tokenize
 from prfaas.serve.instance_app import _transfer_failure
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.attempts import InstanceDown, InstanceFull, RequestFailed
+from prfaas.serve.router.flow import RouterRuntime, _prefill, tokenize
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.registry import Registry
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -25,7 +25,6 @@ from prfaas.scheduler import (
     StageStats,
     Window,
 )
-from prfaas.serve import rebalance
 from prfaas.serve.config.deployment import (
     InstanceRole,
     InstanceSpec,
@@ -33,7 +32,8 @@ from prfaas.serve.config.deployment import (
     default_deployment,
 )
 from prfaas.serve.profile import LiveProfile, PrefillTiming
-from prfaas.serve.registry import Registry
+from prfaas.serve.router import rebalance
+from prfaas.serve.router.registry import Registry
 
 
 def _profile(s_per_token: float, max_batch_size: int | None = None) -> LiveProfile:

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from prfaas.serve.backends.vllm_api import vllm_sampling
-from prfaas.serve.completions import _sampling
 from prfaas.serve.edge.openai_api import CompletionRequest, parse_body
+from prfaas.serve.router.completions import _sampling
 
 _VALUES = {
     "temperature": st.floats(min_value=0.0, max_value=2.0),

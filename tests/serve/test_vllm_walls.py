@@ -11,7 +11,7 @@ MODULES = [
     "prfaas.scheduler",
     "prfaas.sim",
     "prfaas.kvcache",
-    "prfaas.serve.router",
+    "prfaas.serve.router.app",
     "prfaas.serve.instance",
     "prfaas.serve.backends.vllm",
     "prfaas.serve.backends.vllm_events",

@@ -65,8 +65,8 @@ QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No access-log 
 def router(deployment: DeploymentArg = None, *, quiet: QuietOption = False) -> None:
     """Run the router (OpenAI-compatible API, scheduler, metrics) of a deployment; one
     access-log line per request on stdout, a summary on stderr when it stops."""
-    from prfaas.serve.access_log import install
-    from prfaas.serve.router import serve_router
+    from prfaas.serve.router.access_log import install
+    from prfaas.serve.router.app import serve_router
 
     log = install(quiet=quiet)
     # uvicorn shuts down on SIGINT/SIGTERM, then re-raises the signal: this handler turns it

@@ -210,7 +210,7 @@ class RebalanceFile(_Strict):
 
 
 #: The TTFT objective admission control holds a scenario to when it names none (`slo.ttft_s`):
-#: the live router's default too (`serve.admission.AdmissionSpec.ttft_slo_s`).
+#: the live router's default too (`serve.config.admission_spec.AdmissionSpec.ttft_slo_s`).
 DEFAULT_TTFT_SLO_S = 10.0
 
 

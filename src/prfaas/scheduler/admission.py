@@ -4,7 +4,7 @@ Past saturation a fair FCFS queue makes *every* request late: each new arrival j
 work it cannot overtake, so goodput collapses (docs/simulation.md, SLO capacity). Production
 routers refuse the excess instead (HTTP 429 with Retry-After) so that the requests they do take
 meet their SLO. This is that refusal, as one pure policy object shared by the simulator and the
-live router (serve.admission): time is passed in, nothing is measured here.
+live router (serve.router.admission): time is passed in, nothing is measured here.
 
 The prediction uses only what the scheduler already holds at decision time, for the instance
 placement chose:

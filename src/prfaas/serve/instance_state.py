@@ -1,6 +1,6 @@
 """An instance's `GET /state`: load, cache events, link telemetry, and what it holds.
 
-Built from the instance's runtime (`serve.instance`); the router polls it (`serve.registry`).
+Built from the instance's runtime (`serve.instance`); the router polls it (`serve.router.registry`).
 `resources` counts what requests in progress hold on this instance, so an operator (and the
 tests) can see that every request's pages, transfers and calls are released once it is over,
 however it ended (docs/serving.md, "What a request holds and when it is released"):

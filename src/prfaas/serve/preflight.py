@@ -45,7 +45,7 @@ from prfaas.serve.config.deployment import (
     transfer_tls,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.registry import ROLES
+from prfaas.serve.router.registry import ROLES
 from prfaas.specs.presets import PRESETS, SMOLLM2_ALIASES, SMOLLM2_PACKAGE
 from prfaas.transfer.config import MIN_SECRET_BYTES, SECRET_ENV_VAR
 

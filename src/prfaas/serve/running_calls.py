@@ -3,7 +3,7 @@
 A non-streamed call is not cancelled when its caller goes away (Starlette runs the endpoint
 to its end), so a prefill whose client left would run on, ship its KV and hold the decode
 side's pages. The router therefore sends `POST /cancel` for every request that ends without
-its decode (`serve.flow`); the instance cancels the call's task here, which aborts its
+its decode (`serve.router.flow`); the instance cancels the call's task here, which aborts its
 transfer (the receiver frees the pages) and cancels its work in the backend. The call then
 answers 409 `cancelled`, to a caller that is usually gone. A `/cancel` that overtakes its
 call (it comes on another connection) is remembered (the last `MAX_CANCELLED` ids), and the

@@ -2,7 +2,7 @@
 
     router: {admission: {mode: shed, ttft_slo_s: 10, margin_fraction: 0, max_defer_s: 30}}
 
-A configuration model, apart from the behaviour that carries it out (`serve.admission`), so
+A configuration model, apart from the behaviour that carries it out (`serve.router.admission`), so
 that the deployment file embeds it without importing the router's HTTP code. `scheduler.assemble`
 builds the scheduler's pure `AdmissionPolicy` from it, as it does from a scenario file's.
 """

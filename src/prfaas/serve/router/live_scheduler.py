@@ -19,8 +19,8 @@ from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole
 from prfaas.serve.errors import NoCapacityError
 from prfaas.serve.profile import LiveProfile, PrefillTiming
-from prfaas.serve.rebalance import live_hardware
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.rebalance import live_hardware
+from prfaas.serve.router.registry import Registry
 
 
 def scheduler_setup(deployment: Deployment) -> SchedulerSetup:

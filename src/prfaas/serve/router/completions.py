@@ -37,7 +37,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from prfaas.serve import protocol as p
-from prfaas.serve.admission import AdmissionRejectedError
 from prfaas.serve.edge.openai_api import (
     SEED_MAX,
     SEED_MIN,
@@ -52,7 +51,8 @@ from prfaas.serve.edge.openai_api import (
     usage,
 )
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError, ServeError
-from prfaas.serve.flow import (
+from prfaas.serve.router.admission import AdmissionRejectedError
+from prfaas.serve.router.flow import (
     Placed,
     RouterRuntime,
     check_length,

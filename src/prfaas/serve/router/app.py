@@ -1,23 +1,23 @@
 """The router process: OpenAI-compatible API over the PrfaaS-PD deployment (no torch here).
 
     POST /v1/completions, /v1/chat/completions   streaming (SSE) or not, with usage
-                                                 (`serve.completions`)
-    GET  /v1/models, /version; POST /tokenize, /detokenize   (`serve.tokenization`)
+                                                 (`serve.router.completions`)
+    GET  /v1/models, /version; POST /tokenize, /detokenize   (`serve.router.tokenization`)
     GET  /health, /metrics (Prometheus), /admin/state (JSON)
     POST /admin/instances/{name}/role {"role": "pd-prefill"|"pd-decode"}   flip (drain first)
     POST /admin/rebalance                                                  one slow-loop step now
 
-The slow loop (`serve.rebalance`) steps every `rebalance.period_s` when enabled.
+The slow loop (`serve.router.rebalance`) steps every `rebalance.period_s` when enabled.
 `/admin/*` needs the admin bearer token, `/v1/*` the API key when one is set
 (`serve.auth.admin`); every call to an instance is signed (`serve.auth.control`).
 
 At most `router.max_inflight_requests` requests that call instances run at once; past that,
-429 with `Retry-After` (`serve.overload.InflightLimit`).
+429 with `Retry-After` (`serve.router.overload.InflightLimit`).
 Every body is read, bounded and timed by `serve.edge.guard.EdgeGuard` before a route runs (and any
 error a route lets escape becomes a JSON 500 there); headers have their own deadline
 (`edge_server_config`). Every error leaves as OpenAI's error JSON; the status comes from
 the `ServeError` class (errors.py), mapped in `_serve_error` only. How a completion request
-runs, streams, fails and is cancelled: `serve.completions`.
+runs, streams, fails and is cancelled: `serve.router.completions`.
 """
 
 from __future__ import annotations
@@ -34,17 +34,14 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from prfaas.serve import protocol as p
-from prfaas.serve.admission import AdmissionRejectedError
 from prfaas.serve.auth.admin import BearerAuth, admin_token, router_guards
 from prfaas.serve.auth.control import ControlSigner
-from prfaas.serve.completions import complete
 from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
     configured_api_key,
     transfer_secret,
 )
-from prfaas.serve.dashboard import register_dashboard
 from prfaas.serve.edge.guard import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
     BadRequestError,
@@ -54,12 +51,15 @@ from prfaas.serve.errors import (
     ServeError,
     error_body,
 )
-from prfaas.serve.flow import RouterRuntime
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.overload import InflightLimit, LoopWatch
-from prfaas.serve.rebalance import admin_view
-from prfaas.serve.registry import Registry
-from prfaas.serve.tokenization import register_tokenization
+from prfaas.serve.router.admission import AdmissionRejectedError
+from prfaas.serve.router.completions import complete
+from prfaas.serve.router.dashboard import register_dashboard
+from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.overload import InflightLimit, LoopWatch
+from prfaas.serve.router.rebalance import admin_view
+from prfaas.serve.router.registry import Registry
+from prfaas.serve.router.tokenization import register_tokenization
 
 
 def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "cluster": i.spec.cluster,
                 "url": i.spec.url,
                 "healthy": i.is_healthy,
-                "failures_in_a_row": i.breaker.failures_in_a_row,  # its own (serve.breaker)
+                "failures_in_a_row": i.breaker.failures_in_a_row,  # its own (serve.router.breaker)
                 "link_up": i.is_link_up,
                 "restarts": i.restarts,
                 "running": i.num_running,
@@ -159,7 +159,7 @@ def _admin_routes(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:
 
 def _refused(holder: dict[str, RouterRuntime], path: str, status: int) -> None:
     """A completions request refused at the edge ends `failed` too (413, 415, 408), or
-    `rejected` (429: the in-flight limit, `serve.overload`)."""
+    `rejected` (429: the in-flight limit, `serve.router.overload`)."""
     if path.startswith("/v1/") and "rt" in holder:
         holder["rt"].metrics.ended("rejected" if status == 429 else "failed", status)
 
@@ -174,7 +174,7 @@ def _lifespan(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         signer = ControlSigner(transfer_secret(deployment), deployment)
         # Requests' calls are bounded by the in-flight limit, not by a pool they would queue
-        # for; health polls have a client of their own (serve.registry)
+        # for; health polls have a client of their own (serve.router.registry)
         limits = httpx.Limits(max_connections=None)
         async with (
             httpx.AsyncClient(timeout=10.0, auth=signer, limits=limits) as client,

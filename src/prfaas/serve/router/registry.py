@@ -5,7 +5,7 @@ sequence, link telemetry). A changed `boot_id` means a restart: the instance is 
 the global index, dropping what it held (stale entries of a restarted peer: llm-d PR #2187), and its
 `restarts` count grows.
 An instance that does not answer
-its poll, or whose call broke and then fails its health `probe` too (`serve.flow._judge`), is
+its poll, or whose call broke and then fails its health `probe` too (`serve.router.flow._judge`), is
 marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
 nothing on it, and its cache entries leave the index until it is back. A request's own error
 never marks an instance, and neither does the router's own slowness (`is_own_failure`): a
@@ -13,12 +13,12 @@ poll or probe that timed out while the router's event loop was stalled (`overloa
 or that waited for a pooled connection proves nothing about the instance. Polls and probes
 use a client of their own (`client`), so request traffic never starves them of connections.
 An instance's own failures (5xx answers while it answers its polls: an engine that died) do
-mark it, through its `FailureBreaker` (`serve.breaker`: `request_failed`,
+mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
 `request_served`), and a request is never placed again on an instance that failed it
 (`view(now_s, excluded)`).
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
-(`/info`, `/state`) or what the router switched it to (`serve.rebalance`). An instance that
+(`/info`, `/state`) or what the router switched it to (`serve.router.rebalance`). An instance that
 drains for a role flip (`is_draining`) is not accepting either, nor a PrfaaS instance whose
 kernel-shaped link is down (`is_link_up`: its `/state` says `link_up: false`, e.g. the link's
 delay line died; long prompts then go to PD-P at once until it is back); `inflight` counts
@@ -47,10 +47,10 @@ from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheI
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
 from prfaas.serve import protocol as p
-from prfaas.serve.breaker import FailureBreaker
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
-from prfaas.serve.overload import LoopWatch
+from prfaas.serve.router.breaker import FailureBreaker
+from prfaas.serve.router.overload import LoopWatch
 
 _Body = TypeVar("_Body", bound=BaseModel)
 PROBE_TRIES = 2
@@ -207,7 +207,7 @@ class Registry:
         return False
 
     def request_failed(self, name: str) -> None:
-        """A request failed on `name` by the instance's own fault (`serve.breaker`)."""
+        """A request failed on `name` by the instance's own fault (`serve.router.breaker`)."""
         self.instances[name].breaker.failed(time.monotonic())
 
     def request_served(self, *names: str) -> None:

@@ -15,7 +15,7 @@ while no instance was "up") and 503. Two mechanisms keep overload an honest 429 
                     callbacks wait in the loop's ready queue). `stalled_since(t0)` says
                     whether a call started at `t0` ran while the loop was late by
                     `STALL_S` or more: a timeout of such a call is the router's slowness,
-                    not a failure of the instance it called (`serve.registry`).
+                    not a failure of the instance it called (`serve.router.registry`).
 
 Lifecycle: both are built in `router.build_app`; the watch runs in the lifespan, next to the
 registry's poller.

@@ -1,7 +1,7 @@
 """An instance's own failures, counted per instance: when to stop placing requests on it.
 
 A request that fails on an instance whose shell still answers its health probe (its engine
-died, its answers are 5xx) is retried elsewhere (`serve.flow`), but the polls of `/state`
+died, its answers are 5xx) is retried elsewhere (`serve.router.flow`), but the polls of `/state`
 keep calling the instance healthy. Its own failures then take it out: a circuit breaker,
 closed -> open -> half-open, on the router's clock (seconds passed in, no clock read here):
 

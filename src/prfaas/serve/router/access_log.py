@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from prfaas.serve.metrics import CompletedRequest, access_log
+from prfaas.serve.router.metrics import CompletedRequest, access_log
 
 
 @dataclass(slots=True)

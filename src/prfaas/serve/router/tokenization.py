@@ -36,7 +36,13 @@ import prfaas
 from prfaas.serve.edge.jsonbody import load_json
 from prfaas.serve.edge.openai_api import MAX_TOKEN_ID, ChatFields, parse_body
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError
-from prfaas.serve.flow import RouterRuntime, check_token_ids, detokenize, tokenize, tokenize_chat
+from prfaas.serve.router.flow import (
+    RouterRuntime,
+    check_token_ids,
+    detokenize,
+    tokenize,
+    tokenize_chat,
+)
 
 
 class _Body(BaseModel):

@@ -32,7 +32,7 @@ from prfaas.scheduler import (
 from prfaas.serve.errors import NoCapacityError, ServeError
 
 if TYPE_CHECKING:
-    from prfaas.serve.flow import RouterRuntime
+    from prfaas.serve.router.flow import RouterRuntime
 
 
 class AdmissionRejectedError(ServeError):

@@ -45,8 +45,8 @@ from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
 from prfaas.serve.profile import LiveProfile
 
 if TYPE_CHECKING:
-    from prfaas.serve.flow import RouterRuntime
-    from prfaas.serve.registry import LiveInstance
+    from prfaas.serve.router.flow import RouterRuntime
+    from prfaas.serve.router.registry import LiveInstance
 
 PD_ROLES = (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE)
 TO_INSTANCE_ROLE = {

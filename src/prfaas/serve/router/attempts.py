@@ -1,8 +1,8 @@
 """How an attempt of a request failed, so the router knows what to hold against whom
-(`serve.flow.generate`: a retry never returns to the instance named in the failure).
+(`serve.router.flow.generate`: a retry never returns to the instance named in the failure).
 
     RequestFailed   the request failed on an instance that is still up: counted against it
-                    (`serve.breaker`), the instance stays in service
+                    (`serve.router.breaker`), the instance stays in service
     InstanceDown    a transport failure the instance's health probe confirmed: marked failed
     InstanceFull    the instance had no room for the request now: not held against it; 503
                     when no other instance can take the request

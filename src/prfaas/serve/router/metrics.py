@@ -33,7 +33,7 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
 
 Beside the Prometheus series, the router keeps its last `MAX_COMPLETED` finished requests
 (`completed`: path, reason, TTFT, TPOT, tokens) for the dashboard's percentiles, and logs each
-one to the `prfaas.access` logger (the access log: `serve.access_log`).
+one to the `prfaas.access` logger (the access log: `serve.router.access_log`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from prfaas.serve.config.deployment import InstanceRole
-from prfaas.serve.registry import Registry
+from prfaas.serve.router.registry import Registry
 
 MAX_COMPLETED = 2000
 access_log = logging.getLogger("prfaas.access")

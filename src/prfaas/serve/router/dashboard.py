@@ -31,10 +31,10 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from prfaas.metrics import Distribution
-from prfaas.serve.rebalance import admin_view
+from prfaas.serve.router.rebalance import admin_view
 
 if TYPE_CHECKING:
-    from prfaas.serve.flow import RouterRuntime
+    from prfaas.serve.router.flow import RouterRuntime
 
 MAX_HISTORY = 900
 HISTORY_PERIOD_S = 1.0
@@ -160,7 +160,7 @@ def summary(rt: RouterRuntime, history: History) -> dict[str, Any]:
 
 
 def _page() -> str:
-    return (resources.files("prfaas.serve") / "data" / "dashboard.html").read_text()
+    return (resources.files("prfaas.serve.router") / "data" / "dashboard.html").read_text()
 
 
 def register_dashboard(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:

@@ -30,10 +30,10 @@ and every failure is classified first (`AttemptFailed`), because "this request f
 A 4xx from an instance is the request's own error (`from_response`), passed on, never
 retried and never held against the instance. A retry never returns to an instance that
 failed the same request (`excluded`; none left: 502 with the last failure), whose own
-failures count against it (`serve.breaker`); tokenizer calls fall back the same way. After
+failures count against it (`serve.router.breaker`); tokenizer calls fall back the same way. After
 the first token a failure ends the request with `InstanceFailedError` (502). The ledger is
 always released (prefill_done / decode_done, also when the prefill fails). An attempt that
-ends without completing, at any stage, is cancelled on its instances (`serve.release`,
+ends without completing, at any stage, is cancelled on its instances (`serve.router.release`,
 `POST /cancel`: prefill call, engine work, arrived KV). Concurrent decisions moving one prefix
 between the same two instances share one move (`RouterRuntime.moves`).
 
@@ -59,8 +59,6 @@ from pydantic import BaseModel, ValidationError
 from prfaas.kvcache.ids import RequestId
 from prfaas.scheduler import GlobalScheduler, RouteDecision, RouteRequest
 from prfaas.serve import protocol as p
-from prfaas.serve.admission import route_admitted
-from prfaas.serve.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
 from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.errors import (
     BadRequestError,
@@ -72,12 +70,14 @@ from prfaas.serve.errors import (
     from_response,
 )
 from prfaas.serve.json_lines import split_lines
-from prfaas.serve.live_scheduler import build_scheduler
-from prfaas.serve.metrics import RouterMetrics
-from prfaas.serve.rebalance import SlowLoop
-from prfaas.serve.registry import LiveInstance, Registry
-from prfaas.serve.release import cancel_on
-from prfaas.serve.single_flight import SingleFlight
+from prfaas.serve.router.admission import route_admitted
+from prfaas.serve.router.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
+from prfaas.serve.router.live_scheduler import build_scheduler
+from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.rebalance import SlowLoop
+from prfaas.serve.router.registry import LiveInstance, Registry
+from prfaas.serve.router.release import cancel_on
+from prfaas.serve.router.single_flight import SingleFlight
 
 MAX_ATTEMPTS = 3
 MoveKey = tuple[str, str, tuple[int, ...]]  # holder, target, the prefix's tokens
@@ -286,7 +286,7 @@ async def _attempt(
     rt.metrics.decisions.labels(decision.path.value, decision.reason.value).inc()
     prefill = rt.registry.instances[decision.prefill_instance_id]
     decode = rt.registry.instances[decision.decode_instance_id]
-    prefill.inflight += 1  # a draining instance waits for these (serve.rebalance)
+    prefill.inflight += 1  # a draining instance waits for these (serve.router.rebalance)
     decode.inflight += 1
     try:
         if decision.cache_move is not None:

@@ -1,6 +1,6 @@
 """Telling instances that a request is over without its decode: `POST /cancel`, fire and forget.
 
-The router (`serve.flow`) calls `cancel_on` whenever an attempt ends without completing, at
+The router (`serve.router.flow`) calls `cancel_on` whenever an attempt ends without completing, at
 any stage: the client left (its task is being cancelled), or the attempt failed. The calls
 run as background tasks held in `tasks` (the caller may be a cancelled task that must not
 await), with a short timeout and every transport error ignored: an instance that is down
