@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from prfaas.integrations.vllm.tiny import INITIALIZER_RANGE, LLAMA, VOCAB_SIZE
-from prfaas.serve.backends.vllm_child import vllm_environment, vllm_python
+from prfaas.serve.backends.vllm.child import vllm_environment, vllm_python
 from prfaas.serve.config.deployment import free_port
 from prfaas.serve.config.vllm_spec import VllmSpec
 from provenance import git_sha, host

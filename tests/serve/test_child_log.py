@@ -1,5 +1,5 @@
 """A managed engine child's output goes to its log file, not to the terminal, and its death
-is reported with the file and its last lines (`serve.backends.child_log`; `vllm serve` prints
+is reported with the file and its last lines (`serve.backends.vllm.child_log`; `vllm serve` prints
 ~350 lines while it starts)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.serve.backends.child_log import exit_report, log_path, spawn_logged
+from prfaas.serve.backends.vllm.child_log import exit_report, log_path, spawn_logged
 from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.launcher import _with_engine_log_dir

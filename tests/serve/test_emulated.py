@@ -15,6 +15,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_instance
 
+from prfaas.serve.backends.emulated import layer_bytes, output_token
 from prfaas.serve.config.deployment import (
     Backend,
     Deployment,
@@ -23,7 +24,6 @@ from prfaas.serve.config.deployment import (
     RouterSpec,
     load_deployment,
 )
-from prfaas.serve.emulated import layer_bytes, output_token
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.instance import build_runtime
 from prfaas.serve.launcher import Launcher

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 from serve_helpers import emulated_instance
 
-from prfaas.serve import emulated
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import KvSlice, PrefillDone
+from prfaas.serve.backends import emulated
+from prfaas.serve.backends.interface import KvSlice, PrefillDone
 from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole
 
 

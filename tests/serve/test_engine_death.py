@@ -20,8 +20,8 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
+from prfaas.serve.backends.emulated import BOS_ID
 from prfaas.serve.config.deployment import EmulationSpec
-from prfaas.serve.emulated import BOS_ID
 from prfaas.serve.launcher import Launcher
 from prfaas.serve.router.breaker import FAILURES_TO_OPEN
 

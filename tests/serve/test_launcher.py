@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from prfaas.serve import kvlink, launcher
+from prfaas.serve import kv_shipping, launcher
 from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
@@ -51,7 +51,7 @@ def test_token_bucket_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert link.shaping_reason is not None and "asks for the token bucket" in link.shaping_reason
     prfaas = up.deployment.instance("prfaas-0")
-    plan = kvlink.shipping_plan(up.deployment, prfaas, 2**20)
+    plan = kv_shipping.shipping_plan(up.deployment, prfaas, 2**20)
     assert plan.send == Pacing(125e6, 20e-3)  # the token bucket and the RTT's write delay
     assert isinstance(endpoint_transport(plan), DelayedTransport)
     up.stop()
@@ -97,7 +97,7 @@ def test_kernel_transports_route_prfaas_kv_into_the_namespaces() -> None:
     by_role = {i.role: i for i in deployment.instances}
 
     def transport(role: InstanceRole) -> Transport:
-        return endpoint_transport(kvlink.shipping_plan(deployment, by_role[role], 2**20))
+        return endpoint_transport(kv_shipping.shipping_plan(deployment, by_role[role], 2**20))
 
     prfaas = transport(InstanceRole.PRFAAS_PREFILL)
     assert isinstance(prfaas, RoutedTransport)
@@ -111,9 +111,9 @@ def test_kernel_transports_route_prfaas_kv_into_the_namespaces() -> None:
     assert isinstance(pd_p, DualListenTransport)
     assert isinstance(pd_p._direct, TcpTransport)
     # no token bucket: the kernel shapes; a PD instance's moves are paced as the link
-    prfaas_plan = kvlink.shipping_plan(deployment, by_role[InstanceRole.PRFAAS_PREFILL], 2**20)
+    prfaas_plan = kv_shipping.shipping_plan(deployment, by_role[InstanceRole.PRFAAS_PREFILL], 2**20)
     assert prfaas_plan.send == Pacing()
-    assert kvlink.shipping_plan(deployment, decode, 2**20).move == Pacing(125e6, 20e-3)
+    assert kv_shipping.shipping_plan(deployment, decode, 2**20).move == Pacing(125e6, 20e-3)
 
 
 @pytest.mark.parametrize("rtt_ms", [0.0, 20.0])

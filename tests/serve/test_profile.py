@@ -11,13 +11,13 @@ import httpx
 import pytest
 from serve_helpers import emulated_instance
 
+from prfaas.serve.backends.emulated import EmulatedBackend
 from prfaas.serve.config.deployment import (
     Deployment,
     EmulationSpec,
     InstanceRole,
     RouterSpec,
 )
-from prfaas.serve.emulated import EmulatedBackend
 from prfaas.serve.instance import build_runtime
 from prfaas.serve.profile import LiveProfile, PrefillTiming, sample_lengths
 from prfaas.serve.router.flow import RouterRuntime

@@ -1,7 +1,7 @@
 """Issue 26: a streamed decode says exactly what the non-streamed answer says.
 
 The instance's `stream_decode` is driven by a fake engine that behaves as the torch and
-emulated ones do (`engine.Engine._emit`, `serve.emulated._emit`): each token is handed over
+emulated ones do (`engine.Engine._emit`, `serve.backends.emulated._emit`): each token is handed over
 first, then the engine prints all ids (the byte tokenizer: invalid UTF-8 as U+FFFD), cuts the
 print at each stop string in turn, and finishes. The property, over arbitrary bytes and stop
 strings: the streamed deltas join to the final text, and no streamed prefix ever holds a
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import Finished, Item, KvSlice, Token
+from prfaas.serve.backends.interface import Finished, Item, KvSlice, Token
 from prfaas.serve.instance import Activity, stream_decode
 from prfaas.serve.json_lines import split_lines
 from prfaas.serve.stream_text import StreamedText

@@ -1,5 +1,5 @@
 """Architectures prfaas's config reader does not know, served as vLLM reads them
-(`serve.backends.vllm_arch`): the probe's answer -> a ModelSpec or a one-line refusal, and the
+(`serve.backends.vllm.arch`): the probe's answer -> a ModelSpec or a one-line refusal, and the
 instance shell built on it. Pure, in the core venv: the probe is replaced by a script that
 prints a recorded answer (the real probe runs in test_vllm_unknown_arch.py)."""
 
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.integrations.vllm.tiny import LLAMA
-from prfaas.serve.backends.vllm import VllmBackend
-from prfaas.serve.backends.vllm_arch import layout_mismatch, model_from_probe, refusal, run_probe
+from prfaas.serve.backends.vllm.arch import layout_mismatch, model_from_probe, refusal, run_probe
+from prfaas.serve.backends.vllm.backend import VllmBackend
 from prfaas.serve.config.deployment import Backend, Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import BadRequestError

@@ -51,7 +51,7 @@ from vllm_helpers import (
     wait_ok,
 )
 
-from prfaas.serve.backends.vllm_child import vllm_python
+from prfaas.serve.backends.vllm.child import vllm_python
 from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
     Deployment,

@@ -21,9 +21,9 @@ import pytest
 
 from prfaas.integrations.vllm.tiny import save_byte_tokenizer
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import Finished, Item, Token
-from prfaas.serve.backends.vllm import VllmBackend
-from prfaas.serve.backends.vllm_text import load_tokenizer
+from prfaas.serve.backends.interface import Finished, Item, Token
+from prfaas.serve.backends.vllm.backend import VllmBackend
+from prfaas.serve.backends.vllm.text import load_tokenizer
 from prfaas.serve.errors import InstanceFailedError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.serve.backends.vllm_child import vllm_environment
+from prfaas.serve.backends.vllm.child import vllm_environment
 from prfaas.serve.config.deployment import load_deployment
 from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError

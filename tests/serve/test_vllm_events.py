@@ -15,7 +15,7 @@ from prfaas.kvcache import BlockRemoved, BlockStored, GlobalKVCacheIndex, HashSc
 from prfaas.kvcache.hashing import HASH_ALGORITHM, CacheIdentity
 from prfaas.kvcache.ids import ClusterId, InstanceId
 from prfaas.kvcache.layout import GroupKind
-from prfaas.serve.backends.vllm_events import (
+from prfaas.serve.backends.vllm.events import (
     ATTENTION_GROUP,
     MAX_WAITING,
     STATE_GROUP,

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 from vllm_helpers import LONG, complete, serving_pair
 
-from prfaas.serve.backends.vllm_child import vllm_python
+from prfaas.serve.backends.vllm.child import vllm_python
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]
 

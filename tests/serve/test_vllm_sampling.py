@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prfaas.serve.backends.vllm_api import vllm_sampling
+from prfaas.serve.backends.vllm.api import vllm_sampling
 from prfaas.serve.edge.openai_api import CompletionRequest, parse_body
 from prfaas.serve.router.completions import _sampling
 

@@ -1,4 +1,4 @@
-"""The vllm backend's output text (`serve.backends.vllm_text`): vLLM's incremental
+"""The vllm backend's output text (`serve.backends.vllm.text`): vLLM's incremental
 detokenization and stop-string rule, checked on the byte-level tokenizer the vLLM tests use
 (a character's bytes arrive as separate tokens, the hard case for joining texts)."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from prfaas.integrations.vllm.tiny import save_byte_tokenizer
-from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
+from prfaas.serve.backends.vllm.text import OutputText, load_tokenizer
 from prfaas.serve.errors import BadRequestError
 
 

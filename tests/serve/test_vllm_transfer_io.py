@@ -20,7 +20,7 @@ from serve_helpers import make_certificate, recording_relay
 
 from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.integrations.vllm.transfer_io import IoSettings, TransferIO
-from prfaas.serve.backends.vllm_child import connector_config
+from prfaas.serve.backends.vllm.child import connector_config
 from prfaas.serve.config.deployment import (
     Backend,
     Deployment,

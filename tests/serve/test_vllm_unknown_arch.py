@@ -41,8 +41,8 @@ from vllm_helpers import (
     stream_texts,
 )
 
-from prfaas.serve.backends.vllm_arch import model_from_probe
-from prfaas.serve.backends.vllm_child import vllm_python
+from prfaas.serve.backends.vllm.arch import model_from_probe
+from prfaas.serve.backends.vllm.child import vllm_python
 from prfaas.serve.launcher import Launcher
 
 pytestmark = [pytest.mark.vllm]

@@ -13,11 +13,11 @@ MODULES = [
     "prfaas.kvcache",
     "prfaas.serve.router.app",
     "prfaas.serve.instance",
-    "prfaas.serve.backends.vllm",
-    "prfaas.serve.backends.vllm_events",
-    "prfaas.serve.backends.vllm_arch",
-    "prfaas.serve.backends.vllm_api",
-    "prfaas.serve.backends.vllm_child",
+    "prfaas.serve.backends.vllm.backend",
+    "prfaas.serve.backends.vllm.events",
+    "prfaas.serve.backends.vllm.arch",
+    "prfaas.serve.backends.vllm.api",
+    "prfaas.serve.backends.vllm.child",
 ]
 
 

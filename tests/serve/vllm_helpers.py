@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from prfaas.serve.backends.vllm_child import vllm_environment, vllm_python
+from prfaas.serve.backends.vllm.child import vllm_environment, vllm_python
 from prfaas.serve.config.deployment import (
     Backend,
     Deployment,

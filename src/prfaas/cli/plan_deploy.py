@@ -81,6 +81,6 @@ def write_deployment(report: PlanReport, hardware: Hardware, path: Path) -> None
     header = (
         f"# Written by `prfaas plan`: PrfaaS-PD, timing "
         f"{hardware.prfaas.profile.source} (PrfaaS) / {hardware.pd.profile.source} (PD).\n"
-        "# Emulated instances are timed by the catalog's profile (serve.emulated).\n"
+        "# Emulated instances are timed by the catalog's profile (serve.backends.emulated).\n"
     )
     path.write_text(header + yaml.safe_dump(content, sort_keys=False))

@@ -1,11 +1,12 @@
 """The instance process: a backend, its HTTP control API and its transfer endpoint.
 
-The backend (`serve.backend`) is the `torch` engine on its own thread (`serve.worker`) or the
-`emulated` one (`serve.emulated`: no compute, no torch import), chosen per instance in the
-deployment file; this module sees only its torch-free items.
+The backend (`serve.backends.interface`) is the `torch` engine on its own thread
+(`serve.backends.torch`), the `emulated` one (`serve.backends.emulated`: no compute, no torch
+import) or a managed `vllm serve` child (`serve.backends.vllm`), chosen in the deployment file;
+this module sees only its torch-free items.
 
 Every instance owns a `Sender` and a `Receiver` writing into an `ArraySink`, built from its
-`ShippingPlan` (`transfer.shipping`, resolved by `kvlink.shipping_plan`: the one KV shipping
+`ShippingPlan` (`transfer.shipping`, resolved by `kv_shipping.shipping_plan`: the one KV shipping
 path, which the vLLM connector builds its endpoints from too). The PrfaaS prefill role's sender
 goes through the emulated inter-cluster link (kernel-shaped in namespaces, or token bucket
 plus delay); its receiver takes cached prefixes moved to it from the PD cluster. PD
@@ -54,7 +55,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import (
+from prfaas.serve.backends.interface import (
     BackendInfo,
     CachedPrefixReporter,
     Finished,
@@ -83,7 +84,7 @@ from prfaas.serve.errors import (
 )
 from prfaas.serve.json_lines import json_line
 from prfaas.serve.kv_claims import KvClaims
-from prfaas.serve.kvlink import link_probe_for, shipping_plan
+from prfaas.serve.kv_shipping import link_probe_for, shipping_plan
 from prfaas.serve.profile import PrefillTiming
 from prfaas.serve.running_calls import RunningCalls
 from prfaas.serve.stream_text import StreamedText
@@ -145,12 +146,12 @@ class InstanceRuntime:
     deployment: Deployment
     worker: InstanceBackend
     info: p.InstanceInfo
-    shipping: ShippingPlan  # how its KV endpoints are built (`kvlink.shipping_plan`)
+    shipping: ShippingPlan  # how its KV endpoints are built (`kv_shipping.shipping_plan`)
     transfer_config: TransferConfig
     kv: KvEndpoints | None = None  # None: the backend ships its own KV (`ShipsOwnKv`)
     claims: KvClaims | None = None  # arrived KV by request id (in `kv.sink`)
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
-    link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kvlink)
+    link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kv_shipping)
     activity: Activity = field(default_factory=Activity)
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlGate
-from prfaas.serve.backend import CachedPrefixReporter, InstanceBackend, RendersChat
+from prfaas.serve.backends.interface import CachedPrefixReporter, InstanceBackend, RendersChat
 from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.edge.guard import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (

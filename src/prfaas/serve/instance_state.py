@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import ShipsOwnKv
+from prfaas.serve.backends.interface import ShipsOwnKv
 from prfaas.transfer import LinkSignals
 
 if TYPE_CHECKING:

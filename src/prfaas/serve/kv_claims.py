@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from prfaas.serve.backend import KvSlice
+from prfaas.serve.backends.interface import KvSlice
 from prfaas.serve.errors import InstanceFailedError
-from prfaas.serve.kvlink import committed_records
+from prfaas.serve.kv_shipping import committed_records
 from prfaas.transfer import ArraySink, RequestId
 
 UNCLAIMED_KV_TTL_S = 60.0  # as long as a decode call waits for its KV (ARRIVAL_TIMEOUT_S)

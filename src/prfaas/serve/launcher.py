@@ -21,7 +21,7 @@ The inter-cluster link (`link.shaping`): `kernel` or `auto` as root with iproute
 network namespaces joined by a tbf-shaped link at `link.rate_gbps` with the user-space delay
 line for `link.rtt_ms` (`prfaas.transfer.linkemu`), and writes their names into the children's
 deployment (`link.netns`); `token-bucket`, or `auto` when that cannot be done (the reason is
-logged and kept in `link.shaping_reason`), paces the PrfaaS senders in user space (`kvlink`).
+logged and kept in `link.shaping_reason`), paces the PrfaaS senders in user space (`kv_shipping`).
 
 Children die with the launcher even if it is killed with SIGKILL (PR_SET_PDEATHSIG), so no
 process outlives it (the delay line exits when its stdin closes); namespaces of a launcher

@@ -17,7 +17,7 @@ that is decided:
 What is streamed is then always a prefix of the final text (a stop occurrence that starts
 in the streamed part would be complete inside the print, or start in the held tail), so the
 final chunk adds the rest (`rest`) and the streamed text equals the JSON answer's. A backend
-that makes its text itself (vLLM: `backends.vllm_text`, which holds back the same way)
+that makes its text itself (vLLM: `backends.vllm.text`, which holds back the same way)
 hands its deltas over as they are (`append`).
 """
 

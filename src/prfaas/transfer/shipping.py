@@ -4,7 +4,7 @@ Every backend's instance ships KV through the same `Sender`s and `Receiver`: the
 shell builds them for the torch and emulated backends (`serve.instance`), the vLLM
 connector inside its engine (`integrations.vllm.transfer_io`). Both start from a
 `ShippingPlan`, which the shell resolves once from the deployment file
-(`serve.kvlink.shipping_plan`) and hands the vLLM connector as JSON in its
+(`serve.kv_shipping.shipping_plan`) and hands the vLLM connector as JSON in its
 `kv_connector_extra_config`; `KvEndpoints.build` turns it, the secret and the peer identity
 into the endpoints. So one plan decides, for every backend alike:
 

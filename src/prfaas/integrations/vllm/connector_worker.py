@@ -52,7 +52,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def cache_layout(groups: list[Any]) -> list[dict[str, Any]]:
     """vLLM's KV cache groups, a kind, a layer count, a window and the attention's KV heads
     and head size each: the instance shell checks them against the ModelSpec it sized the
-    router's KV with (`serve.backends.vllm_arch.layout_mismatch`). The kind is the spec class
+    router's KV with (`serve.backends.vllm.arch.layout_mismatch`). The kind is the spec class
     vLLM built the model's layers with, so a config field vLLM reads otherwise shows here."""
     layout = []
     for group in groups:

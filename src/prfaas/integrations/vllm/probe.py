@@ -5,7 +5,7 @@
 Runs in the vLLM venv. The instance shell (core venv, no vLLM or transformers: docs/architecture.md
 walls) runs it when prfaas's own config reader (`specs/hf_config.py`) does not know the
 directory's `model_type`, or when the directory has no `tokenizer.json`, and maps the answer
-to a ModelSpec or a refusal (`serve.backends.vllm_arch`). Everything comes from vLLM's
+to a ModelSpec or a refusal (`serve.backends.vllm.arch`). Everything comes from vLLM's
 `ModelConfig`, built by vLLM's own `EngineArgs` from the flags the instance passes its engine
 (`--dtype`, the deployment's `vllm.extra_args`: `--kv-cache-dtype`, `--hf-overrides`,
 `--trust-remote-code`... count; flags `EngineArgs` does not know are ignored), and, for the

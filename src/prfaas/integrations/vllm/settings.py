@@ -25,7 +25,7 @@ class ConnectorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # how this instance ships and receives KV: the deployment's one shipping path (TLS, the
-    # link's shaping, the transfer knobs), resolved by the shell (`serve.kvlink.shipping_plan`)
+    # link's shaping, the transfer knobs), resolved by the shell (`serve.kv_shipping.shipping_plan`)
     shipping: ShippingPlan
     secret_env: str = "PRFAAS_TRANSFER_SECRET"
     hash_seed: int = 0

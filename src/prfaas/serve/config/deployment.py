@@ -16,8 +16,9 @@ of them (`prfaas up`). Ports set to 0 are picked free at launch (single-host onl
 
 Instances run the `torch` backend (real model compute) by default; `backend: emulated` with a
 `chip` runs a catalog model (`model: prfaas-1t`) without compute, timed by the chip's
-PerfProfile x `emulation.time_factor`, shipping its KV x `emulation.byte_factor` (serve.emulated,
-docs/serving.md). One deployment uses one backend: their KV cannot be exchanged.
+PerfProfile x `emulation.time_factor`, shipping its KV x `emulation.byte_factor`
+(serve.backends.emulated, docs/serving.md). One deployment uses one backend: their KV cannot
+be exchanged.
 
 The secret comes from the file's `secret` or `PRFAAS_TRANSFER_SECRET` (transfer.config); when
 neither is set the launcher generates one per run and hands it to its children in that variable.
@@ -77,7 +78,7 @@ class InstanceRole(StrEnum):
 class Backend(StrEnum):
     TORCH = "torch"
     EMULATED = "emulated"
-    VLLM = "vllm"  # a managed `vllm serve` child (serve.backends.vllm)
+    VLLM = "vllm"  # a managed `vllm serve` child (serve.backends.vllm.backend)
 
 
 class _Strict(BaseModel):

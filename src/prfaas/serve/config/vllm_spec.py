@@ -6,7 +6,7 @@
     instances:
       - {name: prfaas-0, role: prfaas-prefill, cluster: prfaas, backend: vllm}
 
-Pure data (pydantic): `serve.config.deployment` embeds it; `serve.backends.vllm` reads it.
+Pure data (pydantic): `serve.config.deployment` embeds it; `serve.backends.vllm.backend` reads it.
 """
 
 from __future__ import annotations
@@ -27,5 +27,5 @@ class VllmSpec(BaseModel):
     cpu_threads_bind: str = Field(default="nobind", min_length=1)
     extra_args: tuple[str, ...] = ()  # more `vllm serve` flags, passed as they are
     # where each `vllm serve` writes its output (`<log_dir>/<instance>.log`); null: `prfaas up`
-    # makes one per run (and says where), else the system temp dir (`backends.child_log`)
+    # makes one per run (and says where), else the system temp dir (`backends.vllm.child_log`)
     log_dir: str | None = None

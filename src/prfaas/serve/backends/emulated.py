@@ -44,7 +44,7 @@ from prfaas.kvcache import (
     RequestId,
 )
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import (
+from prfaas.serve.backends.interface import (
     BackendInfo,
     Finished,
     Item,

@@ -16,7 +16,7 @@ protocol, which the child runs on this instance's `transfer_port`.
                  the request until the connector has loaded the KV, then decodes
     /cached   -> the prompt prefix this child's prefix cache holds, from its own KV events
     /state    -> vLLM's KV events (BlockStored/BlockRemoved over ZMQ) as prfaas cache events
-                 in prfaas's hash chain (`vllm_events`), vLLM's load from its /metrics, and
+                 in prfaas's hash chain (`events`), vLLM's load from its /metrics, and
                  the connector's link telemetry from its status file
 
 The prefill computes every prompt token and samples the first output token, as a single
@@ -26,7 +26,7 @@ the same forwards as one engine, so greedy text equals a single engine's (bit fo
 vLLM's kernels sum in one order: docs/vllm.md, Status; a hybrid state cannot be rolled back,
 so the decode cannot recompute a prompt token). Whether the
 first token ended the request (EOS, a stop string) is vLLM's answer at the prefill. The output
-text is made here, with vLLM's algorithm (`vllm_text`), and stop strings are checked on it:
+text is made here, with vLLM's algorithm (`text`), and stop strings are checked on it:
 the decode child sees the first token as prompt, so its own text would not join.
 """
 
@@ -52,30 +52,30 @@ from prfaas.kvcache.hashing import HASH_ALGORITHM, model_fingerprint
 from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
-from prfaas.serve.backends.child_log import exit_report, log_path, spawn_logged
-from prfaas.serve.backends.vllm_api import (
+from prfaas.serve.backends.interface import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
+from prfaas.serve.backends.vllm.api import (
     child_error,
     choices,
     gauges,
     logprobs,
     vllm_sampling,
 )
-from prfaas.serve.backends.vllm_arch import (
+from prfaas.serve.backends.vllm.arch import (
     engine_refusal,
     layout_mismatch,
     model_from_probe,
     run_probe,
 )
-from prfaas.serve.backends.vllm_child import (
+from prfaas.serve.backends.vllm.child import (
     ChildPorts,
     serve_command,
     signal_group,
     vllm_environment,
     vllm_python,
 )
-from prfaas.serve.backends.vllm_events import EventSubscriber, EventTranslator
-from prfaas.serve.backends.vllm_text import OutputText, load_tokenizer
+from prfaas.serve.backends.vllm.child_log import exit_report, log_path, spawn_logged
+from prfaas.serve.backends.vllm.events import EventSubscriber, EventTranslator
+from prfaas.serve.backends.vllm.text import OutputText, load_tokenizer
 from prfaas.serve.config.deployment import (
     Deployment,
     InstanceSpec,
@@ -111,7 +111,7 @@ class VllmBackend:
         self._settings = deployment.vllm
         self.model_dir = Path(deployment.model)
         self.python = vllm_python()
-        # vLLM's own answer (`vllm_arch`): for a model_type prfaas's reader does not know (a
+        # vLLM's own answer (`arch`): for a model_type prfaas's reader does not know (a
         # full-attention dense model becomes a ModelSpec, anything else is refused), and for
         # the fast tokenizer transformers converts when there is no tokenizer.json
         self.probed: dict[str, Any] | None = None

@@ -1,9 +1,11 @@
-"""The engine-facing interface of an instance process, and the two backends behind it.
+"""The engine-facing interface of an instance process, and the three backends behind it.
 
 `instance` talks to one `InstanceBackend` and never to torch: the `torch` backend
-(`serve.worker`: an `Engine` on its own thread) and the `emulated` backend (`serve.emulated`:
-timing from a scaled PerfProfile, KV payloads of the scaled real size, real pool bookkeeping,
-no model compute) both hand back the torch-free items below, through asyncio queues:
+(`serve.backends.torch`: an `Engine` on its own thread), the `emulated` backend
+(`serve.backends.emulated`: timing from a scaled PerfProfile, KV payloads of the scaled real
+size, real pool bookkeeping, no model compute) and the `vllm` backend (`serve.backends.vllm`:
+a managed `vllm serve` child, which ships its own KV) all hand back the torch-free items
+below, through asyncio queues:
 
     export(request)  ──►  KvSlice ... KvSlice  PrefillDone        (layer by layer, then done)
     decode(request)  ──►  Token ... Token  Finished               (token by token, then done)
@@ -227,13 +229,13 @@ class InstanceBackend(Protocol):
 def build_backend(deployment: Deployment, spec: InstanceSpec) -> InstanceBackend:
     """The instance's backend; torch (or the vLLM child) only when it is chosen."""
     if spec.backend is Backend.EMULATED:
-        from prfaas.serve.emulated import EmulatedBackend
+        from prfaas.serve.backends.emulated import EmulatedBackend
 
         return EmulatedBackend(deployment, spec)
     if spec.backend is Backend.VLLM:
-        from prfaas.serve.backends.vllm import VllmBackend
+        from prfaas.serve.backends.vllm.backend import VllmBackend
 
         return VllmBackend(deployment, spec)
-    from prfaas.serve.worker import TorchBackend
+    from prfaas.serve.backends.torch import TorchBackend
 
     return TorchBackend(deployment, spec)

@@ -1,7 +1,7 @@
 """The `vllm serve` child of a `vllm` instance: its interpreter, environment, the connector's
 configuration and how it is signalled.
 
-`serve.backends.vllm` starts one child per instance with these; the connector inside it
+`serve.backends.vllm.backend` starts one child per instance with these; the connector inside it
 (`prfaas.integrations.vllm`) reads `connector_config` back as its `ConnectorSettings`.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from prfaas.serve.config.deployment import Deployment, InstanceSpec
 from prfaas.serve.config.vllm_spec import VllmSpec
-from prfaas.serve.kvlink import shipping_plan
+from prfaas.serve.kv_shipping import shipping_plan
 from prfaas.transfer.config import SECRET_ENV_VAR
 
 SINK_BYTES = 256 * 2**20  # the connector's receive buffer
@@ -46,14 +46,14 @@ def vllm_python() -> Path:
     configured = os.environ.get("PRFAAS_VLLM_PYTHON")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[4] / ".venv-vllm" / "bin" / "python"
+    return Path(__file__).resolve().parents[5] / ".venv-vllm" / "bin" / "python"
 
 
 def connector_config(
     deployment: Deployment, spec: InstanceSpec, status_path: Path
 ) -> dict[str, Any]:
     """The connector's `kv_connector_extra_config` (`integrations.vllm.settings`): the
-    instance's shipping plan, resolved as the shell's own (`kvlink.shipping_plan`: TLS, the
+    instance's shipping plan, resolved as the shell's own (`kv_shipping.shipping_plan`: TLS, the
     link's token bucket and RTT or its namespaces), and where to find the secret (never here:
     vLLM logs this config)."""
     plan = shipping_plan(deployment, spec, SINK_BYTES)

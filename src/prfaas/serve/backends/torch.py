@@ -7,8 +7,9 @@ back through `loop.call_soon_threadsafe`, so the event loop never blocks on a fo
                      ◄──items────  KvSlice ... PrefillDone    (prefill, layer by layer)
                      ◄──items────  Token ... Finished         (decode, token by token)
 
-The engine's own records and events are translated into `serve.backend`'s torch-free items
-here, so `instance` runs either backend (`TorchBackend` is this module's `InstanceBackend`).
+The engine's own records and events are translated into `serve.backends.interface`'s
+torch-free items here, so `instance` runs any backend (`TorchBackend` is this module's
+`InstanceBackend`).
 Lifecycle: `start()` after the event loop runs, `stop()` at shutdown (joins the thread).
 Cache events from the pool get a sequence number here; the router pulls them (`events_since`).
 """
@@ -42,7 +43,7 @@ from prfaas.engine.tokenizer import Tokenizer
 from prfaas.kvcache import GroupKind
 from prfaas.serve import errors
 from prfaas.serve import protocol as p
-from prfaas.serve.backend import (
+from prfaas.serve.backends.interface import (
     BackendInfo,
     Finished,
     Item,
@@ -58,7 +59,7 @@ MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
 
 T = TypeVar("T")
-Sink = Callable[[Any], None]  # takes the engine's items; hands `serve.backend` items on
+Sink = Callable[[Any], None]  # takes the engine's items; hands `serve.backends.interface` items on
 EngineItem = ExportRecord | TokenEvent | Completion
 
 
@@ -76,7 +77,7 @@ def logprob_body(tokenizer: Tokenizer, logprob: TokenLogprob | None) -> p.Logpro
 
 
 def _item(item: EngineItem | BaseException, tokenizer: Tokenizer) -> Item:
-    """The engine's record, token or completion as a `serve.backend` item."""
+    """The engine's record, token or completion as a `serve.backends.interface` item."""
     if isinstance(item, ExportRecord):
         return KvSlice(
             item.layer_index,
@@ -225,7 +226,7 @@ class EngineWorker:
         self, loop: asyncio.AbstractEventLoop, tokens: list[int], max_tokens: int
     ) -> asyncio.Future[list[KvSlice]]:
         """The pool's restorable prefix of `tokens` (<= max_tokens) as one slice per group
-        (`serve.backend.PrefixMover`); no slices when the pool holds none."""
+        (`serve.backends.interface.PrefixMover`); no slices when the pool holds none."""
 
         def slices() -> list[KvSlice]:
             export = self.engine.export_prefix(tokens, max_tokens)

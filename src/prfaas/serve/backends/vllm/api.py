@@ -1,6 +1,6 @@
 """The child's OpenAI API as the `vllm` backend speaks it: request fields, answers, errors.
 
-`serve.backends.vllm` sends prfaas's sampling as vLLM's fields (`vllm_sampling`), reads the
+`serve.backends.vllm.backend` sends prfaas's sampling as vLLM's fields (`vllm_sampling`), reads the
 child's choices and logprobs back as prfaas's (`choices`, `logprobs`), its `/metrics` page
 (`gauges`), and its errors as prfaas's (`child_error`: 4xx keep their meaning).
 """
