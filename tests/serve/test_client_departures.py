@@ -11,7 +11,8 @@ either direction, no prefill call, nothing queued or running; and the router hol
 Before the fix the prefill of a client that had left ran on, its KV landed in the decode
 instance's receive buffer and stayed there for good (issue 26: `out_of_space: no pages`).
 The wait for idle is bounded well below the decode side's 60 s lifetime for unclaimed KV
-(`serve.kv_claims`), so the router's `/cancel` is what this test checks, not the safety net.
+(`serve.instance.kv_claims`), so the router's `/cancel` is what this test checks, not the
+safety net.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from prfaas.serve.config.deployment import (
     load_deployment,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.instance import build_runtime
+from prfaas.serve.instance.runtime import build_runtime
 from prfaas.serve.launcher import Launcher
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 

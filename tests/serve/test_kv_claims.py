@@ -1,5 +1,5 @@
 """Issue 26 item 1, the decode side: KV that arrives for a request is claimed, dropped or
-expired, so the receive buffer never keeps a request that is over (`serve.kv_claims`).
+expired, so the receive buffer never keeps a request that is over (`serve.instance.kv_claims`).
 
 Before the ledger, only a `/decode` call released a request's KV: KV that arrived after its
 client left (the router never called `/decode`), or after its decode call gave up, stayed
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prfaas.serve.errors import InstanceFailedError
-from prfaas.serve.kv_claims import KvClaims
+from prfaas.serve.instance.kv_claims import KvClaims
 from prfaas.transfer import ArraySink, RequestId, SliceKey, SliceMeta
 
 PAGE_BYTES = 1024

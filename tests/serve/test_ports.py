@@ -15,7 +15,7 @@ from serve_helpers import emulated_deployment
 
 from prfaas.serve.config.deployment import RouterSpec, load_deployment
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.instance import _start_transfer, build_runtime
+from prfaas.serve.instance.runtime import _start_transfer, build_runtime
 from prfaas.serve.ports import with_held_ports
 
 GOOD = """\

@@ -18,7 +18,7 @@ from prfaas.serve.config.deployment import (
     InstanceRole,
     RouterSpec,
 )
-from prfaas.serve.instance import build_runtime
+from prfaas.serve.instance.runtime import build_runtime
 from prfaas.serve.profile import LiveProfile, PrefillTiming, sample_lengths
 from prfaas.serve.router.flow import RouterRuntime
 from prfaas.serve.router.metrics import RouterMetrics

@@ -21,7 +21,7 @@ from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.errors import BadRequestError
-from prfaas.serve.instance_app import _transfer_failure
+from prfaas.serve.instance.app import _transfer_failure
 from prfaas.serve.router.attempts import InstanceDown, InstanceFull, RequestFailed
 from prfaas.serve.router.flow import RouterRuntime, _prefill, tokenize
 from prfaas.serve.router.metrics import RouterMetrics

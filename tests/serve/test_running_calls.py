@@ -1,4 +1,4 @@
-"""`POST /cancel` ends a prefill call in progress (`serve.running_calls`).
+"""`POST /cancel` ends a prefill call in progress (`serve.instance.running_calls`).
 
 A non-streamed call runs on when its caller leaves (Starlette does not cancel it), so the
 router's `/cancel` is what stops a prefill whose client left: the call's task is cancelled
@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from prfaas.serve.errors import ConflictError
-from prfaas.serve.running_calls import RunningCalls
+from prfaas.serve.instance.running_calls import RunningCalls
 
 
 def test_cancel_ends_the_call_and_it_answers_409_after_cleaning_up() -> None:

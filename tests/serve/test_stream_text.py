@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from prfaas.serve import protocol as p
 from prfaas.serve.backends.interface import Finished, Item, KvSlice, Token
-from prfaas.serve.instance import Activity, stream_decode
+from prfaas.serve.instance.runtime import Activity, stream_decode
+from prfaas.serve.instance.stream_text import StreamedText
 from prfaas.serve.json_lines import split_lines
-from prfaas.serve.stream_text import StreamedText
 
 
 def _print(ids: Sequence[int]) -> str:

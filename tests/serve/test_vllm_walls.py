@@ -12,7 +12,7 @@ MODULES = [
     "prfaas.sim",
     "prfaas.kvcache",
     "prfaas.serve.router.app",
-    "prfaas.serve.instance",
+    "prfaas.serve.instance.runtime",
     "prfaas.serve.backends.vllm.backend",
     "prfaas.serve.backends.vllm.events",
     "prfaas.serve.backends.vllm.arch",

@@ -50,7 +50,7 @@ def instance(
     except ServeError as err:
         raise _fail(err) from None
     try:
-        from prfaas.serve.instance_app import serve_instance
+        from prfaas.serve.instance.app import serve_instance
     except ImportError as err:
         raise _fail(ImportError(f"the instance needs the 'engine' extra ({err})")) from None
     try:

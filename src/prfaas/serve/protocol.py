@@ -113,7 +113,7 @@ class LinkBody(_Body):
 
 class ResourcesBody(_Body):
     """What requests in progress hold on an instance; every field is 0 when it is idle
-    but `receive_pages` and `receive_pages_free` (equal then). `serve.instance_state`."""
+    but `receive_pages` and `receive_pages_free` (equal then). `serve.instance.state`."""
 
     held_pages: int = 0
     receive_pages: int = 0

@@ -1,7 +1,7 @@
 """One KV shipping path: what an instance ships and receives KV with, built in one place.
 
 Every backend's instance ships KV through the same `Sender`s and `Receiver`: the instance
-shell builds them for the torch and emulated backends (`serve.instance`), the vLLM
+shell builds them for the torch and emulated backends (`serve.instance.runtime`), the vLLM
 connector inside its engine (`integrations.vllm.transfer_io`). Both start from a
 `ShippingPlan`, which the shell resolves once from the deployment file
 (`serve.kv_shipping.shipping_plan`) and hands the vLLM connector as JSON in its

@@ -1,7 +1,7 @@
 """Signed calls to an instance's control API: only its own deployment's router gets through,
 each call at the one instance it was meant for, once.
 
-Every request to an instance (`serve.instance`) carries four headers:
+Every request to an instance (`serve.instance.runtime`) carries four headers:
 
     X-Prfaas-Instance    the name (from the deployment) of the instance the call is for
     X-Prfaas-Timestamp   integer Unix seconds when it was signed

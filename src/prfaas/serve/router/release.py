@@ -4,7 +4,7 @@ The router (`serve.router.flow`) calls `cancel_on` whenever an attempt ends with
 any stage: the client left (its task is being cancelled), or the attempt failed. The calls
 run as background tasks held in `tasks` (the caller may be a cancelled task that must not
 await), with a short timeout and every transport error ignored: an instance that is down
-holds nothing, and the instance side's 60 s lifetime for unclaimed KV (`serve.kv_claims`)
+holds nothing, and the instance side's 60 s lifetime for unclaimed KV (`serve.instance.kv_claims`)
 covers a `/cancel` that is lost.
 """
 

@@ -179,7 +179,7 @@ class VllmBackend:
 
     @property
     def _log(self) -> Path:
-        """The file vllm serve writes its output to (`backends.child_log`)."""
+        """The file vllm serve writes its output to (`child_log`)."""
         return log_path(self._settings.log_dir, self._spec.name)
 
     def _probe(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ Each request id here is in one state:
 left, the attempt failed) and also what a claim that gives up (cancelled, timed out) leaves
 behind, so KV that lands after its decode call went away is released the moment it lands.
 Entries other than AWAITED live at most `ttl_s` (`expire`), so the ledger
-stays bounded however the router behaves. Callers: `serve.instance` (the receiver's event
+stays bounded however the router behaves. Callers: `serve.instance.runtime` (the receiver's event
 pump, `/decode`, `/prefix/import`, `/cancel`, its housekeeping task, `/state`).
 """
 

@@ -1,9 +1,9 @@
-"""The instance's HTTP control API: the routes of `serve.instance` over its runtime.
+"""The instance's HTTP control API: the routes of `serve.instance.runtime` over its runtime.
 
-`serve_instance` builds the runtime (`serve.instance.build_runtime`: the backend and its
+`serve_instance` builds the runtime (`serve.instance.runtime.build_runtime`: the backend and its
 shipping plan), the FastAPI app around it (every call signed for this instance and within
 the router's limits: `serve.edge.guard`, `serve.auth.control`), and serves it with uvicorn until
-SIGINT/SIGTERM; the app's lifespan is the runtime's (`serve.instance.running`). Errors map
+SIGINT/SIGTERM; the app's lifespan is the runtime's (`serve.instance.runtime.running`). Errors map
 to the OpenAI-style JSON of `serve.errors`; a transfer failure is 503 when the decode side
 lacked room, 502 otherwise.
 """
@@ -29,7 +29,7 @@ from prfaas.serve.errors import (
     KvBufferFullError,
     ServeError,
 )
-from prfaas.serve.instance import (
+from prfaas.serve.instance.runtime import (
     InstanceRuntime,
     build_runtime,
     cancel_request,
@@ -41,7 +41,7 @@ from prfaas.serve.instance import (
     stream_decode,
     switch_role,
 )
-from prfaas.serve.instance_state import instance_state
+from prfaas.serve.instance.state import instance_state
 from prfaas.transfer import TransferError
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
@@ -75,7 +75,7 @@ def _transfer_failure(err: TransferError) -> ServeError:
 
 
 def build_app(rt: InstanceRuntime) -> FastAPI:
-    """The control API of instance `rt` (the routes in `serve.instance`'s docstring)."""
+    """The control API of instance `rt` (the routes in `serve.instance.runtime`'s docstring)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -28,19 +28,19 @@ plus delay) for prefixes it moves to the PrfaaS cluster.
                          ship it to the target's transfer endpoint (cross-cluster move)
     POST /prefix/import  (target) wait for that move's slices, insert them into the pool
     POST /cancel   the request ended without its decode (the router's word): its prefill
-                   call here is cancelled (`serve.running_calls`), KV that arrived or
-                   arrives for it is released (`serve.kv_claims`), its engine work dropped
+                   call here is cancelled (`serve.instance.running_calls`), KV that arrived or
+                   arrives for it is released (`serve.instance.kv_claims`), its engine work dropped
 
 Every call must be signed for this instance with the deployment's secret (`serve.auth.control`:
 401 otherwise, before the body is read), within the router's limits (`serve.edge.guard`, the
 deployment's `instance_edge`); `/prefill` and `/prefix/send` connect only to transfer
 endpoints the deployment file names (`transfer_peer`: 400 for any other address).
 
-The HTTP routes themselves are in `serve.instance_app`; this module holds the runtime and the
+The HTTP routes themselves are in `serve.instance.app`; this module holds the runtime and the
 verbs they call. Lifecycle: `build_runtime` builds the backend (loads the model); `running`
 starts it and the transfer endpoint for as long as the app serves
 (`instance_app.serve_instance`: until SIGINT/SIGTERM), then closes both. What an instance
-holds for requests in progress is in `/state` `resources` (`serve.instance_state`): all 0
+holds for requests in progress is in `/state` `resources` (`serve.instance.state`): all 0
 when it is idle.
 """
 
@@ -82,12 +82,12 @@ from prfaas.serve.errors import (
     NoCapacityError,
     ServeError,
 )
+from prfaas.serve.instance.kv_claims import KvClaims
+from prfaas.serve.instance.running_calls import RunningCalls
+from prfaas.serve.instance.stream_text import StreamedText
 from prfaas.serve.json_lines import json_line
-from prfaas.serve.kv_claims import KvClaims
 from prfaas.serve.kv_shipping import link_probe_for, shipping_plan
 from prfaas.serve.profile import PrefillTiming
-from prfaas.serve.running_calls import RunningCalls
-from prfaas.serve.stream_text import StreamedText
 from prfaas.transfer import (
     PeerAddress,
     RequestId,
@@ -323,7 +323,7 @@ def cancel_request(rt: InstanceRuntime, request_id: str) -> p.CancelResult:
 
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
     """`DecodeChunk`s as JSON lines (`serve.json_lines`), their text decided before it is
-    sent (`serve.stream_text`); cancelled (client gone) -> the engine drops the request."""
+    sent (`serve.instance.stream_text`); cancelled (client gone) -> the engine drops the request."""
     rt.activity.decodes += 1
     try:
         async for line in _stream_decode(rt, body):

@@ -1,6 +1,6 @@
 """An instance's `GET /state`: load, cache events, link telemetry, and what it holds.
 
-Built from the instance's runtime (`serve.instance`); the router polls it (`serve.router.registry`).
+Built from the instance's runtime (`runtime`); the router polls it (`serve.router.registry`).
 `resources` counts what requests in progress hold on this instance, so an operator (and the
 tests) can see that every request's pages, transfers and calls are released once it is over,
 however it ended (docs/serving.md, "What a request holds and when it is released"):
@@ -8,7 +8,7 @@ however it ended (docs/serving.md, "What a request holds and when it is released
     held_pages          engine pool pages referenced by requests (cached prefix pages are
                         evictable, not held)
     receive_pages_free  pages free in the KV receive buffer (`ArraySink`), of receive_pages
-    unclaimed_kv        requests whose KV arrived and waits for its decode (`serve.kv_claims`)
+    unclaimed_kv        requests whose KV arrived and waits for its decode (`kv_claims`)
     incoming_transfers  transfers arriving (receiver), outgoing_transfers being sent (sender)
     running_calls       prefill calls in progress that `/cancel` can end
 """
@@ -22,7 +22,7 @@ from prfaas.serve.backends.interface import ShipsOwnKv
 from prfaas.transfer import LinkSignals
 
 if TYPE_CHECKING:
-    from prfaas.serve.instance import InstanceRuntime
+    from prfaas.serve.instance.runtime import InstanceRuntime
 
 
 def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
