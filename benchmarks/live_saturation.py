@@ -44,7 +44,7 @@ from prfaas.cli.output import progress_bar
 from prfaas.metrics import RequestRecord, steady_throughput
 from prfaas.planner.scenario import ScenarioFile, build_scenario, validate
 from prfaas.serve.config.deployment import load_deployment
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.sim.arrivals import trace_arrivals
 from prfaas.sim.config import build_run_config
 from prfaas.sim.runner import Simulator

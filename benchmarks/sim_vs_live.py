@@ -8,7 +8,8 @@ context, outputs capped to keep the run short), then for each layout of the scal
         (the same instance counts, chips and t; the link at its unscaled 100 Gbps, because the
          simulator runs in modelled time on real bytes: 0.1953 Gbps x time_factor / byte_factor)
     prfaas up configs/case-study-<layout>.yaml   (in this process, as `prfaas up` runs it:
-                                                 `serve.launcher.Launcher`, router on a free port)
+                                                 `serve.launch.launcher.Launcher`, router on a
+                                                 free port)
     prfaas bench --trace arrivals.jsonl --time-scale <time_factor> --json
         (every modelled second lasts time_factor seconds live)
 
@@ -34,7 +35,7 @@ from typing import Any
 
 from prfaas.cli.output import progress_bar
 from prfaas.serve.config.deployment import load_deployment
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from provenance import emit, git_sha, host
 
 ROOT = Path(__file__).resolve().parents[1]

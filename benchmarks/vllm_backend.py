@@ -44,7 +44,7 @@ from prfaas.serve.config.deployment import (
     free_port,
 )
 from prfaas.serve.config.vllm_spec import VllmSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.specs.catalog import resolve_model
 from provenance import git_sha, host
 

@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import run
 
 from prfaas.serve.config.deployment import load_deployment
-from prfaas.serve.preflight import Scope, check_deployment
+from prfaas.serve.launch.preflight import Scope, check_deployment
 
 DENSE_70B = Path(__file__).parents[1] / "sim" / "data" / "dense-70b.yaml"
 

@@ -13,7 +13,7 @@ from serve_helpers import emulated_instance
 from prfaas.scheduler import admission_policy
 from prfaas.serve.config.admission_spec import AdmissionSpec
 from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole, RouterSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 
 def _deployment(admission: AdmissionSpec) -> Deployment:

@@ -12,7 +12,7 @@ import pytest
 from prfaas.serve.backends.vllm.child_log import exit_report, log_path, spawn_logged
 from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.config.vllm_spec import VllmSpec
-from prfaas.serve.launcher import _with_engine_log_dir
+from prfaas.serve.launch.launcher import _with_engine_log_dir
 
 NOISY = "import sys\nfor i in range(350): print(f'INFO start-up line {i}')\n"
 NOISY += "print('ERROR the reason it died', file=sys.stderr); sys.exit(3)"

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from serve_helpers import emulated_deployment
 
 from prfaas.serve import protocol as p
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 IDLE_WAIT_S = 20.0  # well below UNCLAIMED_KV_TTL_S (60 s)
 MODEL = "prfaas-1t"

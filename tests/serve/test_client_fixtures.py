@@ -14,7 +14,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import pytest
 from serve_helpers import emulated_deployment
 
 from prfaas.serve.auth.control import ControlSigner, control_key, signed_headers
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

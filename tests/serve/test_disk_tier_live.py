@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from prfaas.serve.config.deployment import Deployment, DiskTierSpec, RouterSpec, default_deployment
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from prfaas.serve.config.deployment import RouterSpec, default_deployment
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.transfer import linkemu
 
 pytestmark = pytest.mark.e2e

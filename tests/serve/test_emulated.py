@@ -26,7 +26,7 @@ from prfaas.serve.config.deployment import (
 )
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.instance.runtime import build_runtime
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -22,7 +22,7 @@ from serve_helpers import emulated_deployment
 
 from prfaas.serve.backends.emulated import BOS_ID
 from prfaas.serve.config.deployment import EmulationSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.serve.router.breaker import FAILURES_TO_OPEN
 
 LONG = "a much longer prompt " * 20  # 421 tokens > t = 128: PrfaaS

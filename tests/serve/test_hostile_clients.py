@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from serve_helpers import emulated_instance
 
 from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole, RouterSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ import pytest
 from serve_helpers import emulated_deployment
 
 from prfaas.serve.config.deployment import InstanceEdgeSpec, InstanceSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

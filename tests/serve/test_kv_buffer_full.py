@@ -17,7 +17,7 @@ import pytest
 from serve_helpers import emulated_deployment, emulated_instance
 
 from prfaas.serve.config.deployment import EmulationSpec, InstanceRole
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from prfaas.serve.config.deployment import (
     RebalanceSpec,
     RouterSpec,
 )
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from prfaas.serve import kv_shipping, launcher
+from prfaas.serve import kv_shipping
 from prfaas.serve.config.deployment import (
     Deployment,
     InstanceRole,
@@ -18,7 +18,8 @@ from prfaas.serve.config.deployment import (
     default_deployment,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch import launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.transfer import PeerAddress, TcpTransport, Transport, linkemu
 from prfaas.transfer.shaping import DelayedTransport, DualListenTransport, RoutedTransport
 from prfaas.transfer.shipping import Pacing, endpoint_transport

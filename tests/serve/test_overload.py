@@ -15,7 +15,7 @@ from serve_helpers import emulated_deployment, emulated_instance
 
 from prfaas.serve.config.deployment import InstanceRole, RouterSpec, default_deployment
 from prfaas.serve.errors import NoCapacityError
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.serve.router.flow import RouterRuntime, check_length
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.overload import STALL_S, LoopWatch

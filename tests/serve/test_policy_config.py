@@ -21,7 +21,7 @@ from prfaas.serve.config.deployment import (
     load_deployment,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.preflight import Scope, check_deployment
+from prfaas.serve.launch.preflight import Scope, check_deployment
 from prfaas.serve.router.live_scheduler import scheduler_setup as live_setup
 from prfaas.sim.config import Deployment as SimDeployment
 from prfaas.sim.config import RunConfig

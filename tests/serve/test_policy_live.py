@@ -34,7 +34,7 @@ from serve_helpers import emulated_deployment
 from prfaas.planner.scenario import build_scenario, read_scenario_file
 from prfaas.scheduler import POLICIES, ClusterView, Decision, RouteDecision, RouteRequest
 from prfaas.serve.config.deployment import LinkShaping, LinkSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.sim.api import scenario_arrivals
 from prfaas.sim.config import build_run_config
 from prfaas.sim.runner import Simulator

@@ -1,4 +1,4 @@
-"""Ports `prfaas up` chooses are held for the whole run (`serve.ports`): the child that
+"""Ports `prfaas up` chooses are held for the whole run (`serve.launch.ports`): the child that
 listens on one binds beside the launcher's hold, nobody else gets it meanwhile (not a plain
 bind, not a bind to port 0), and a port an instance cannot listen on is named with the
 cause in its one error line."""
@@ -16,7 +16,7 @@ from serve_helpers import emulated_deployment
 from prfaas.serve.config.deployment import RouterSpec, load_deployment
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.instance.runtime import _start_transfer, build_runtime
-from prfaas.serve.ports import with_held_ports
+from prfaas.serve.launch.ports import with_held_ports
 
 GOOD = """\
 model: tiny-qwen3-next

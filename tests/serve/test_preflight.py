@@ -19,7 +19,7 @@ from prfaas.serve.config.deployment import (
     load_deployment,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.preflight import Scope, check_deployment
+from prfaas.serve.launch.preflight import Scope, check_deployment
 from prfaas.specs.presets import PRESETS
 
 SECRET = "preflight-test-secret-0123456789"

@@ -24,7 +24,7 @@ from prfaas.serve.config.deployment import (
     transfer_tls,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 HOSTNAME = "kv.prfaas.test"
 LONG = "a much longer prompt " * 20  # 421 tokens > t = 128

@@ -26,7 +26,7 @@ from prfaas.serve.config.deployment import (
     SupervisorSpec,
     free_port,
 )
-from prfaas.serve.supervisor import EXIT_GAVE_UP, RestartBudget
+from prfaas.serve.launch.supervisor import EXIT_GAVE_UP, RestartBudget
 from prfaas.transfer import linkemu
 
 WAIT_S = 90.0  # bound on every wait below (no assertion on how long anything takes)

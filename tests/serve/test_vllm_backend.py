@@ -63,7 +63,7 @@ from prfaas.serve.config.deployment import (
     free_port,
 )
 from prfaas.serve.config.vllm_spec import VllmSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]
 

@@ -16,7 +16,7 @@ from vllm_helpers import SECRET, pair_deployment
 from wire_capture import check_the_transfer_port, tls_files
 
 from prfaas.serve.backends.vllm.child import vllm_python
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.vllm]
 

@@ -43,7 +43,7 @@ from vllm_helpers import (
 
 from prfaas.serve.backends.vllm.arch import model_from_probe
 from prfaas.serve.backends.vllm.child import vllm_python
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = [pytest.mark.vllm]
 

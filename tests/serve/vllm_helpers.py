@@ -27,7 +27,7 @@ from prfaas.serve.config.deployment import (
     free_port,
 )
 from prfaas.serve.config.vllm_spec import VllmSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 SHORT = "The lazy dog sleeps."
 LONG = " ".join(f"line {i}: the quick brown fox jumps over the lazy dog." for i in range(30))

@@ -21,7 +21,7 @@ import pytest
 from serve_helpers import make_certificate
 
 from prfaas.serve.config.deployment import TlsSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 from prfaas.transfer.wire import MAGIC, PROTOCOL_VERSION, FrameKind
 
 ETH_P_ALL = 0x0003

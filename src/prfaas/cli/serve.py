@@ -1,9 +1,9 @@
 """`prfaas instance`, `prfaas router`, `prfaas up`, `prfaas demo`: the live deployment.
 
 `instance` imports the engine (torch) inside the command; `router`, `up` and `demo` never do.
-Every command checks the deployment before it starts anything (`serve.preflight`): every
+Every command checks the deployment before it starts anything (`serve.launch.preflight`): every
 problem found is one line `prfaas: error: <field>: <problem>`, exit code 2. `prfaas up` then
-supervises its children (`serve.supervisor`): exit 0 after Ctrl-C or SIGTERM, 3 when a child
+supervises its children (`serve.launch.supervisor`): exit 0 after Ctrl-C or SIGTERM, 3 when a child
 kept exiting beyond the restart budget.
 """
 
@@ -19,11 +19,11 @@ from pydantic import ValidationError
 
 from prfaas.serve.config.deployment import Backend, Deployment, load_deployment, validation_problems
 from prfaas.serve.errors import DeploymentError, ServeError
-from prfaas.serve.preflight import Scope, require_valid
+from prfaas.serve.launch.preflight import Scope, require_valid
 from prfaas.transfer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from prfaas.serve.launcher import Launcher
+    from prfaas.serve.launch.launcher import Launcher
 
 DeploymentArg = Annotated[
     Path | None,
@@ -142,9 +142,9 @@ def up(
     them all (exit 0; 3 when a child exhausted the restart budget, 2 for a bad deployment).
     Prints a line per instance as it comes up, an access-log line per request (not with
     --quiet), and the router's summary when it stops."""
-    from prfaas.serve.launcher import Launcher
-    from prfaas.serve.startup import wait_with_progress
-    from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
+    from prfaas.serve.launch.launcher import Launcher
+    from prfaas.serve.launch.startup import wait_with_progress
+    from prfaas.serve.launch.supervisor import EXIT_STOPPED, Supervisor
 
     # SIGTERM stops as Ctrl-C does at every stage: until the supervisor takes both signals
     # over, both raise KeyboardInterrupt, which stops what was started (children, the link's
@@ -193,7 +193,7 @@ def demo(
     ] = None,
 ) -> None:
     """Bring up the deployment, send short and long prompts, print where each went and why."""
-    from prfaas.serve.demo import run_demo
+    from prfaas.serve.launch.demo import run_demo
 
     try:
         loaded = load_deployment(deployment)

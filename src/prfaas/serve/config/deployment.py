@@ -208,7 +208,7 @@ class EmulationSpec(_Strict):
 
 
 class SupervisorSpec(_Strict):
-    """How `prfaas up` restarts a child (instance or router) that exited (serve.supervisor):
+    """How `prfaas up` restarts a child (instance or router) that exited (serve.launch.supervisor):
     after `backoff_base_s` x 2^(restarts in the window), at most `backoff_cap_s`; a child that
     exits more than `max_restarts` times within `window_s` makes `prfaas up` give up (exit 3)."""
 

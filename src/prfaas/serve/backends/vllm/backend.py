@@ -89,8 +89,8 @@ from prfaas.serve.errors import (
     ServeError,
 )
 from prfaas.serve.json_lines import split_lines
-from prfaas.serve.launcher import die_with_parent
-from prfaas.serve.ports import hold_port
+from prfaas.serve.launch.launcher import die_with_parent
+from prfaas.serve.launch.ports import hold_port
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.errors import SpecError, UnsupportedConfigError
 from prfaas.transfer import LinkSignals, PeerIdentity, checkpoint_fingerprint, identity_for

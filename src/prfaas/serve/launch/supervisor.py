@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prfaas.serve.config.deployment import SupervisorSpec
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 EXIT_STOPPED = 0
 EXIT_GAVE_UP = 3

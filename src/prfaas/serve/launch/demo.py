@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from prfaas.serve.config.deployment import Deployment
-from prfaas.serve.launcher import Launcher
-from prfaas.serve.startup import wait_with_progress
-from prfaas.serve.supervisor import EXIT_STOPPED, Supervisor
+from prfaas.serve.launch.launcher import Launcher
+from prfaas.serve.launch.startup import wait_with_progress
+from prfaas.serve.launch.supervisor import EXIT_STOPPED, Supervisor
 from prfaas.specs.presets import PRESETS, random_weights_notice
 
 # Long enough (~1,000 bytes: ~200 SmolLM2 tokens) to pass t = 96 with either tokenizer.
@@ -113,7 +113,7 @@ def _print(rows: list[DemoRow], threshold_tokens: int) -> None:
 
 def run_demo(deployment: Deployment, *, keep_serving: bool = False) -> int:
     """The demo; with `keep_serving`, then supervise until stopped (the exit code of
-    `prfaas up`, serve.supervisor)."""
+    `prfaas up`, serve.launch.supervisor)."""
     launcher = Launcher(deployment)
     started = time.monotonic()
     code = EXIT_STOPPED

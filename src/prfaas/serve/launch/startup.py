@@ -17,7 +17,7 @@ from typing import TextIO
 import httpx
 
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.launcher import Launcher
+from prfaas.serve.launch.launcher import Launcher
 
 POLL_INTERVAL_S = 0.25
 

@@ -1,13 +1,13 @@
 """`prfaas up`: start every process of a deployment on this host, wait for health, stop cleanly.
 
-    Launcher.start()  ports left at 0 chosen and held until stop() (`serve.ports`), the
+    Launcher.start()  ports left at 0 chosen and held until stop() (`serve.launch.ports`), the
                       link's shaping resolved (below), vLLM engines' log directory made
                       (`engine_log_dir`), deployment written to a temp file, one child per
                       instance (`prfaas instance --name N`) and the router (`prfaas
                       router`); on any failure, `stop()` before raising
     wait_healthy()    router /health says "ok" (every instance registered)
     respawn(name)     that child started again, same command and environment (the
-                      supervisor's restart: `serve.supervisor`); `supervised` lists the
+                      supervisor's restart: `serve.launch.supervisor`); `supervised` lists the
                       children and the link's delay line, which is restarted the same way
     stop()            SIGTERM to every child, SIGKILL after a grace period, then the link's
                       namespaces (and delay-line process) removed, temp file removed; SIGINT
@@ -63,7 +63,7 @@ from prfaas.serve.config.deployment import (
     transfer_tls,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.ports import with_held_ports
+from prfaas.serve.launch.ports import with_held_ports
 from prfaas.transfer import linkemu
 from prfaas.transfer.config import SECRET_ENV_VAR
 from prfaas.transfer.errors import LinkEmulationError

@@ -20,7 +20,7 @@ prints them and exits 2). What it checks:
   one a catalog model (`config.Deployment` checks that);
 - TLS files readable, the supervisor's backoff cap not below its base.
 
-Ports set to 0 are picked free at launch and held until the run ends (`serve.ports`), not
+Ports set to 0 are picked free at launch and held until the run ends (`serve.launch.ports`), not
 checked. A port freed and taken again between the check and the bind is still reported by
 the process that fails to bind, naming the port and the cause.
 """
