@@ -58,7 +58,7 @@ from prfaas.transfer import (
 )
 from prfaas.transfer.linkemu import (
     EmulatedLink,
-    LinkSpec,
+    EmulatedLinkSpec,
     emulated_link,
     socket_in_netns,
     unavailable_reason,
@@ -498,7 +498,7 @@ def shaped(
     for rate in rates_bits_per_s:
         # The data path stays in the kernel (see linkemu._return_path_delayed): the Python
         # delay line forwarding every data packet would be the bottleneck above ~1 Gbit/s.
-        spec = LinkSpec(rate, one_way_delay_s=one_way_delay_s, delay_return_path_only=True)
+        spec = EmulatedLinkSpec(rate, one_way_delay_s=one_way_delay_s, delay_return_path_only=True)
         with emulated_link(spec) as link:
             results[f"{rate / 1e9:g}Gbit"] = _shaped_one(link, rate, frame_bytes)
     return results
@@ -736,7 +736,9 @@ def layer_overlap(
         _stop(process)
     if shaped_rate is None:
         return out
-    spec = LinkSpec(shaped_rate, one_way_delay_s=one_way_delay_s, delay_return_path_only=True)
+    spec = EmulatedLinkSpec(
+        shaped_rate, one_way_delay_s=one_way_delay_s, delay_return_path_only=True
+    )
     reason = unavailable_reason(spec)
     key = f"shaped_{shaped_rate / 1e9:g}Gbit_20ms_rtt_return_path_delay"
     if reason is not None:
@@ -780,7 +782,7 @@ def main() -> None:
         asyncio.run(_receive(args.host, not args.no_payload_checks))
         return
     rates = [float(r) * 1e9 for r in args.shaped_gbit.split(",") if r]
-    delay = LinkSpec(rate_bits_per_s=1e9, one_way_delay_s=0.01)
+    delay = EmulatedLinkSpec(rate_bits_per_s=1e9, one_way_delay_s=0.01)
     reason = unavailable_reason(delay)
     parts = set(args.only.split(","))
     report: dict[str, object] = {

@@ -397,7 +397,7 @@ def test_prfaas_kv_crosses_the_kernel_shaped_link(
 ) -> None:
     """Issue 8 item 4: as root the KV of a PrfaaS request goes through tbf in the namespaces;
     PD-P KV does not. Byte counts and configuration only, no timings."""
-    reason = linkemu.unavailable_reason(linkemu.LinkSpec(1e9, one_way_delay_s=0.01))
+    reason = linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(1e9, one_way_delay_s=0.01))
     if reason is not None:
         pytest.skip(reason)
     link = launcher.deployment.link

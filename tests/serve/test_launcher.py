@@ -122,7 +122,7 @@ def test_a_failed_start_removes_the_namespaces(
     monkeypatch: pytest.MonkeyPatch, rtt_ms: float
 ) -> None:
     """veth (no delay) and TUN + delay line: both are gone when the start fails."""
-    reason = linkemu.unavailable_reason(linkemu.LinkSpec(1e9, one_way_delay_s=rtt_ms / 2e3))
+    reason = linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(1e9, one_way_delay_s=rtt_ms / 2e3))
     if reason is not None:
         pytest.skip(reason)
     seen: list[NamespaceLink] = []

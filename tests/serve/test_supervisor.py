@@ -310,8 +310,8 @@ def _link_namespaces_of(up_pid: int) -> set[str]:
 
 @pytest.mark.e2e
 @pytest.mark.skipif(
-    linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01)) is not None,
-    reason=str(linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01))),
+    linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(1e9, 0.01)) is not None,
+    reason=str(linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(1e9, 0.01))),
 )
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_before_the_serving_line_removes_the_namespaces(
@@ -355,8 +355,8 @@ def _health(up: Up) -> dict[str, Any]:
 
 @pytest.mark.e2e
 @pytest.mark.skipif(
-    linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01)) is not None,
-    reason=str(linkemu.unavailable_reason(linkemu.LinkSpec(1e9, 0.01))),
+    linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(1e9, 0.01)) is not None,
+    reason=str(linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(1e9, 0.01))),
 )
 def test_a_killed_delay_line_sends_long_prompts_to_pd_p_until_it_is_restarted(
     tmp_path: Path,

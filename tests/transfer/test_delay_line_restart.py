@@ -11,7 +11,7 @@ import pytest
 
 from prfaas.transfer.linkemu import (
     EmulatedLink,
-    LinkSpec,
+    EmulatedLinkSpec,
     RouteProbe,
     emulated_link,
     socket_in_netns,
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(params=[False, True], ids=["both-ways", "return-path"])
 def delayed_link(request: pytest.FixtureRequest) -> Iterator[EmulatedLink]:
-    spec = LinkSpec(100e6, one_way_delay_s=0.002, delay_return_path_only=request.param)
+    spec = EmulatedLinkSpec(100e6, one_way_delay_s=0.002, delay_return_path_only=request.param)
     reason = unavailable_reason(spec)
     if reason is not None:
         pytest.skip(reason)

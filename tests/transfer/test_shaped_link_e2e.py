@@ -27,7 +27,12 @@ from prfaas.transfer import (
     SliceKey,
     TcpTransport,
 )
-from prfaas.transfer.linkemu import EmulatedLink, LinkSpec, emulated_link, unavailable_reason
+from prfaas.transfer.linkemu import (
+    EmulatedLink,
+    EmulatedLinkSpec,
+    emulated_link,
+    unavailable_reason,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +40,7 @@ RATE_BITS_PER_S = 200e6
 MIB = 2**20
 
 
-def _link(spec: LinkSpec) -> Iterator[EmulatedLink]:
+def _link(spec: EmulatedLinkSpec) -> Iterator[EmulatedLink]:
     reason = unavailable_reason(spec)
     if reason is not None:
         pytest.skip(reason)
@@ -45,12 +50,14 @@ def _link(spec: LinkSpec) -> Iterator[EmulatedLink]:
 
 @pytest.fixture
 def shaped_link() -> Iterator[EmulatedLink]:
-    yield from _link(LinkSpec(rate_bits_per_s=RATE_BITS_PER_S))
+    yield from _link(EmulatedLinkSpec(rate_bits_per_s=RATE_BITS_PER_S))
 
 
 @pytest.fixture(params=[False, True], ids=["both-ways", "return-path"])
 def delayed_link(request: pytest.FixtureRequest) -> Iterator[EmulatedLink]:
-    spec = LinkSpec(RATE_BITS_PER_S, one_way_delay_s=0.01, delay_return_path_only=request.param)
+    spec = EmulatedLinkSpec(
+        RATE_BITS_PER_S, one_way_delay_s=0.01, delay_return_path_only=request.param
+    )
     yield from _link(spec)
 
 

@@ -9,9 +9,9 @@ other namespace's TUN, in both directions, so the kernels' TCP stacks see a real
 
     ns A: tcp -> tbf -> tunA ──read──► [heap: due = now + delay] ──write──► tunB -> tcp :ns B
 
-With `LinkSpec.delay_return_path_only`, `linkemu` routes only the return path (receiver to
-sender: ACKs, small frames) through it, with the whole round trip as the delay, so the bulk
-data never crosses user space (`linkemu._return_path_delayed`).
+With `EmulatedLinkSpec.delay_return_path_only`, `linkemu` routes only the return path
+(receiver to sender: ACKs, small frames) through it, with the whole round trip as the delay,
+so the bulk data never crosses user space (`linkemu._return_path_delayed`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Emulated inter-cluster links for tests, demos and benchmarks: real kernel shaping on Linux.
 
-    emulated_link(LinkSpec(rate_bits_per_s=1e9))                        veth pair, tbf each way
-    emulated_link(LinkSpec(rate_bits_per_s=1e9, one_way_delay_s=0.01))  TUN pair joined by the
-                                                                        user-space `delayline`
-                                                                        (20 ms RTT), tbf each way
-    emulated_link(LinkSpec(..., one_way_delay_s=0.01,                   veth pair for data, the
-                           delay_return_path_only=True))                whole 20 ms on the return
-                                                                        path (fast; benchmarks)
+    emulated_link(EmulatedLinkSpec(rate_bits_per_s=1e9))
+        veth pair, tbf each way
+    emulated_link(EmulatedLinkSpec(rate_bits_per_s=1e9, one_way_delay_s=0.01))
+        TUN pair joined by the user-space `delayline` (20 ms RTT), tbf each way
+    emulated_link(EmulatedLinkSpec(..., one_way_delay_s=0.01, delay_return_path_only=True))
+        veth pair for data, the whole 20 ms on the return path (fast; benchmarks)
 
     ns "<id>s" (sender)  10.213.X.1  ──tbf──►  link  ──tbf──►  10.213.X.2  ns "<id>r" (receiver)
 
@@ -58,7 +57,10 @@ HOST_SYSCTLS = {
 
 
 @dataclass(frozen=True, slots=True)
-class LinkSpec:
+class EmulatedLinkSpec:
+    """What an emulated link is built with: rate, one-way delay, MTU. (The deployment file's
+    `link:` block is `serve.config`'s `LinkSpec`; the launcher builds one of these from it.)"""
+
     rate_bits_per_s: float
     one_way_delay_s: float = 0.0
     mtu_bytes: int = DEFAULT_MTU_BYTES
@@ -70,7 +72,7 @@ class LinkSpec:
 
 @dataclass(frozen=True, slots=True)
 class EmulatedLink:
-    spec: LinkSpec
+    spec: EmulatedLinkSpec
     sender_netns: str
     receiver_netns: str
     sender_ip: str
@@ -90,7 +92,7 @@ class EmulatedLink:
         return PeerAddress(self.receiver_ip, port)
 
 
-def unavailable_reason(spec: LinkSpec | None = None) -> str | None:
+def unavailable_reason(spec: EmulatedLinkSpec | None = None) -> str | None:
     """Why an emulated link cannot be built here, or None when it can."""
     if sys.platform != "linux":
         return "link emulation needs Linux network namespaces"
@@ -173,7 +175,7 @@ def _ip(*args: str) -> None:
         raise LinkEmulationError(f"`{' '.join(args)}` failed: {result.stderr.strip()}")
 
 
-def _shape(netns: str, device: str, spec: LinkSpec) -> None:
+def _shape(netns: str, device: str, spec: EmulatedLinkSpec) -> None:
     """tbf at the spec's rate; the bucket holds a few packets or 1 ms of traffic, whichever is
     more, so high rates are not throttled by timer granularity."""
     burst_bytes = max(4 * spec.mtu_bytes, int(spec.rate_bits_per_s / 8 / 1000))
@@ -290,7 +292,7 @@ def _return_path_delayed(link: EmulatedLink, prefix: str, stack: ExitStack) -> D
     receiver's small frames, so goodput through the link can be measured at gigabit rates.
     What it changes: data lands at once and the reply takes the whole RTT, so the receiver
     sees a transfer one_way_delay_s early (a sender still sees completion one RTT after its
-    last byte). Hence opt-in (`LinkSpec.delay_return_path_only`), for goodput measurements.
+    last byte). Hence opt-in (`EmulatedLinkSpec.delay_return_path_only`), for goodput measurements.
 
         ns "<id>s"  veth ──tbf──► veth  ns "<id>r"       data: shaped, not delayed
                     tun  ◄──── delay ◄── tun ◄─tbf─       return path (route to the sender's
@@ -324,7 +326,7 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 
 @contextmanager
-def emulated_link(spec: LinkSpec) -> Iterator[EmulatedLink]:
+def emulated_link(spec: EmulatedLinkSpec) -> Iterator[EmulatedLink]:
     """Two fresh namespaces joined by a shaped (and optionally delayed) link; removed on exit."""
     reason = unavailable_reason(spec)
     if reason is not None:

@@ -140,7 +140,7 @@ class Launcher:
         link = deployment.link
         reason = _kernel_unavailable_reason(deployment)
         if reason is None:
-            spec = linkemu.LinkSpec(
+            spec = linkemu.EmulatedLinkSpec(
                 rate_bits_per_s=link.rate_gbps * 1e9, one_way_delay_s=link.rtt_ms / 2e3
             )
             try:
@@ -329,4 +329,4 @@ def _kernel_unavailable_reason(deployment: Deployment) -> str | None:
     if not {InstanceRole.PRFAAS_PREFILL, InstanceRole.PD_DECODE} <= roles:
         return "no PrfaaS prefill or no PD decode instance: nothing crosses the link"
     delay_s = link.rtt_ms / 2e3
-    return linkemu.unavailable_reason(linkemu.LinkSpec(link.rate_gbps * 1e9, delay_s))
+    return linkemu.unavailable_reason(linkemu.EmulatedLinkSpec(link.rate_gbps * 1e9, delay_s))
