@@ -6,15 +6,15 @@
               prefill instance ══ KV over TCP (transfer) ══► decode instance
               (prfaas-prefill or pd-prefill)                  (pd-decode)
 
-Modules: `config` (deployment file, the only place env vars are read), `errors` (the one
-exception tree of the HTTP boundary), `protocol` (router <-> instance bodies), `instance` (the
-instance process) over a `backend`: `worker` (torch, the only serve module that imports it,
-through `prfaas.engine`) or `emulated` (a catalog model's timing and KV bytes, no compute),
-`kvlink` (sink -> export, user-space link delay), `registry` (the router's live view of the
-deployment), `router` and `openai_api` (the HTTP edge), `metrics`, `launcher`, `demo`.
-Control plane: `admin_auth` (bearer tokens on the router), `control_auth` (signed router ->
-instance calls), `preflight` (every deployment check before anything starts), `supervisor`
-(`prfaas up` restarts children with backoff and a budget).
+Rooms, one package each (docs/architecture.md, "The serving wing by concern"; their walls are
+import-linter contracts): `config` (the deployment file's models, the only place env vars are
+read; no behaviour), `auth` (admin bearer tokens, signed control calls), `edge` (the limits on
+every port, JSON bodies, the OpenAI bodies), `router` (the router process), `instance` (the
+instance shell) over `backends` (`torch`, the only one that imports torch, through
+`prfaas.engine`; `emulated`; `vllm`), and `launch` (`prfaas up`: preflight, launcher,
+supervisor, demo). Shared by the rooms: `errors` (the one exception tree of the HTTP
+boundary), `protocol` (router <-> instance bodies), `json_lines` (the decode stream's framing),
+`profile` (the prefill timing instances publish) and `kv_shipping` (the KV shipping plan).
 The router imports no torch: it tokenizes through an instance. Guide: docs/serving.md.
 """
 
