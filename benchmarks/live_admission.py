@@ -22,9 +22,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from prfaas.serve.config.admission_spec import AdmissionSpec
 from prfaas.serve.config.deployment import load_deployment
 from prfaas.serve.launch.launcher import Launcher
-from prfaas.serve.router.admission import AdmissionSpec
 from provenance import emit, git_sha, host
 from sim_vs_live import LAYOUTS, PRFAAS, ROOT, TIME_FACTOR, lognormal_arrivals, scenario_yaml
 
