@@ -71,7 +71,7 @@ class FakeEngine:
 
 def _stream(output: bytes, stops: list[str]) -> list[p.DecodeChunk]:
     """The chunks `stream_decode` sends for a request that generates `output`."""
-    rt: Any = SimpleNamespace(worker=FakeEngine(output[1:]), activity=Activity())
+    rt: Any = SimpleNamespace(backend=FakeEngine(output[1:]), activity=Activity())
     sampling = p.Sampling(
         max_tokens=len(output), temperature=0, top_p=1, top_k=0, seed=0, stop=stops
     )

@@ -46,11 +46,11 @@ from prfaas.transfer import TransferError
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
 
-def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
+def _encode_chat(backend: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
     """The chat's prompt ids: the engine's chat template, else a plain transcript (which
     has none of the template's switches to honour)."""
-    if isinstance(worker, RendersChat):
-        return worker.encode_chat(chat)
+    if isinstance(backend, RendersChat):
+        return backend.encode_chat(chat)
     asked = chat.switches_asked
     if asked:
         err = BadRequestError(
@@ -60,7 +60,7 @@ def _encode_chat(worker: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
         )
         err.code = "unsupported_parameter"
         raise err
-    return worker.encode(p.transcript(chat.messages))
+    return backend.encode(p.transcript(chat.messages))
 
 
 def _error(err: ServeError) -> JSONResponse:
@@ -116,15 +116,15 @@ def _add_engine_routes(app: FastAPI, rt: InstanceRuntime) -> None:
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
         if body.chat is None:
-            ids = rt.worker.encode(body.text, add_special_tokens=body.add_special_tokens)
+            ids = rt.backend.encode(body.text, add_special_tokens=body.add_special_tokens)
         else:
-            ids = _encode_chat(rt.worker, body.chat)
+            ids = _encode_chat(rt.backend, body.chat)
         return p.TokenizeResult(token_ids=ids)
 
     @app.post("/detokenize")
     async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:
         check_vocabulary(rt, body.token_ids)
-        return p.DetokenizeResult(text=rt.worker.detokenize(body.token_ids))
+        return p.DetokenizeResult(text=rt.backend.detokenize(body.token_ids))
 
 
 def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
@@ -152,10 +152,10 @@ def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
     @app.post("/cached")
     async def cached(body: p.TokenizeResult) -> p.CachedResult:
         """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not isinstance(rt.worker, CachedPrefixReporter):
+        if not isinstance(rt.backend, CachedPrefixReporter):
             return p.CachedResult(tokens=0)
         loop = asyncio.get_running_loop()
-        return p.CachedResult(tokens=await rt.worker.cached_prefix_tokens(loop, body.token_ids))
+        return p.CachedResult(tokens=await rt.backend.cached_prefix_tokens(loop, body.token_ids))
 
     @app.post("/prefix/send")
     async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:

@@ -144,7 +144,7 @@ class InstanceRuntime:
 
     spec: InstanceSpec
     deployment: Deployment
-    worker: InstanceBackend
+    backend: InstanceBackend
     info: p.InstanceInfo
     shipping: ShippingPlan  # how its KV endpoints are built (`kv_shipping.shipping_plan`)
     transfer_config: TransferConfig
@@ -201,10 +201,10 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
 
 
 async def _start_transfer(rt: InstanceRuntime) -> None:
-    if isinstance(rt.worker, ShipsOwnKv):
+    if isinstance(rt.backend, ShipsOwnKv):
         return  # its engine owns the transfer port (serve.backends.vllm), from the same plan
     rt.link_probe = link_probe_for(rt.deployment, rt.spec)
-    rt.kv = KvEndpoints.build(rt.shipping, rt.transfer_config.secret, rt.worker.info.peer)
+    rt.kv = KvEndpoints.build(rt.shipping, rt.transfer_config.secret, rt.backend.info.peer)
     rt.claims = KvClaims(rt.kv.sink)
     address = rt.shipping.listen_address
     try:
@@ -248,8 +248,8 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     peer = transfer_peer(rt, body.decode_transfer_host, body.decode_transfer_port)
     rt.activity.prefill_started()
     try:
-        if isinstance(rt.worker, ShipsOwnKv):
-            return await rt.calls.run(body.request_id, rt.worker.prefill(body))
+        if isinstance(rt.backend, ShipsOwnKv):
+            return await rt.calls.run(body.request_id, rt.backend.prefill(body))
         assert rt.kv is not None
         return await rt.calls.run(body.request_id, _run_prefill(rt, rt.kv.sender, peer, body))
     finally:
@@ -264,12 +264,12 @@ async def _run_prefill(
     loop = asyncio.get_running_loop()
     kv_bytes = num_slices = 0
     try:  # from here every way out ends the transfer (a refused export too)
-        if body.from_token and isinstance(rt.worker, PrefixMover):
-            items = rt.worker.export_from(
+        if body.from_token and isinstance(rt.backend, PrefixMover):
+            items = rt.backend.export_from(
                 loop, body.request_id, body.token_ids, body.sampling, body.from_token
             )
         else:
-            items = rt.worker.export(loop, body.request_id, body.token_ids, body.sampling)
+            items = rt.backend.export(loop, body.request_id, body.token_ids, body.sampling)
         while True:
             item = await items.get()
             if isinstance(item, BaseException):
@@ -286,7 +286,7 @@ async def _run_prefill(
         prefill_s = time.monotonic() - started
         await transfer.finish()
     except BaseException:
-        rt.worker.cancel(body.request_id)  # a queued or running prefill: its work is dropped
+        rt.backend.cancel(body.request_id)  # a queued or running prefill: its work is dropped
         await transfer.abort("prefill failed or was cancelled")
         raise
     return p.PrefillResult(
@@ -317,7 +317,7 @@ def cancel_request(rt: InstanceRuntime, request_id: str) -> p.CancelResult:
     cancelled = rt.calls.cancel(request_id)
     if rt.claims is not None:
         rt.claims.drop(request_id)
-    rt.worker.cancel(request_id)
+    rt.backend.cancel(request_id)
     return p.CancelResult(request_id=request_id, cancelled_call=cancelled)
 
 
@@ -333,8 +333,8 @@ async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIter
 
 
 async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    slices = [] if isinstance(rt.worker, ShipsOwnKv) else await _imported(rt, body)
-    items = rt.worker.decode(asyncio.get_running_loop(), body, slices)
+    slices = [] if isinstance(rt.backend, ShipsOwnKv) else await _imported(rt, body)
+    items = rt.backend.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
     streamed = StreamedText(body.sampling.stop)
     is_done = False
@@ -363,16 +363,16 @@ async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIte
             if item.text is not None:
                 delta = streamed.append(item.text)
             else:
-                delta = streamed.settle(rt.worker.detokenize(ids))
+                delta = streamed.settle(rt.backend.detokenize(ids))
             yield json_line(p.DecodeChunk(token_id=item.token_id, text=delta, logprob=item.logprob))
     finally:
         if not is_done:
-            rt.worker.cancel(body.request_id)
+            rt.backend.cancel(body.request_id)
 
 
 def check_vocabulary(rt: InstanceRuntime, token_ids: list[int]) -> None:
     """400 for a token id the model has no embedding for (or a negative one)."""
-    vocab = rt.worker.info.vocab_size
+    vocab = rt.backend.info.vocab_size
     bad = [t for t in token_ids if t < 0 or (vocab is not None and t >= vocab)]
     if bad:
         raise BadRequestError(f"token id {bad[0]} is not in the vocabulary ({vocab} ids)")
@@ -388,19 +388,19 @@ def transfer_peer(rt: InstanceRuntime, host: str, port: int) -> PeerAddress:
 
 
 def _mover(rt: InstanceRuntime) -> PrefixMover:
-    if not isinstance(rt.worker, PrefixMover):
+    if not isinstance(rt.backend, PrefixMover):
         raise BadRequestError(f"instance {rt.spec.name}'s backend cannot move prefixes")
-    return rt.worker
+    return rt.backend
 
 
 async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.PrefixSendResult:
     """Export the pool's restorable prefix of the prompt and ship it to the target (the
     PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`)."""
     peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
-    if isinstance(rt.worker, MovesOwnPrefixes):
+    if isinstance(rt.backend, MovesOwnPrefixes):
         rt.activity.prefill_started()
         try:
-            return await rt.worker.ship_prefix(body)
+            return await rt.backend.ship_prefix(body)
         finally:
             rt.activity.prefill_ended()
     mover = _mover(rt)
@@ -434,10 +434,10 @@ async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.Prefi
 
 async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.PrefixImportResult:
     """Wait for move `move_id`, then insert its slices into the pool as cached prefix."""
-    if isinstance(rt.worker, MovesOwnPrefixes):
+    if isinstance(rt.backend, MovesOwnPrefixes):
         rt.activity.prefill_started()
         try:
-            return await rt.worker.receive_prefix(body)
+            return await rt.backend.receive_prefix(body)
         finally:
             rt.activity.prefill_ended()
     mover = _mover(rt)
@@ -478,7 +478,7 @@ async def running(rt: InstanceRuntime) -> AsyncIterator[None]:
     and housekeeping running; on the way out all of them stopped. A start-up that fails is
     kept in `rt.startup_error` (`instance_app.serve_instance` reports it)."""
     try:
-        rt.worker.start()
+        rt.backend.start()
         await _start_transfer(rt)
     except ServeError as err:
         rt.startup_error = err
@@ -493,4 +493,4 @@ async def running(rt: InstanceRuntime) -> AsyncIterator[None]:
             task.cancel()
         if rt.kv is not None:
             await rt.kv.close()
-        rt.worker.stop()
+        rt.backend.stop()

@@ -27,16 +27,16 @@ if TYPE_CHECKING:
 
 def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
     """The body of `GET /state?since=N` (cache events from sequence number N on)."""
-    events, next_seq = rt.worker.events_since(since)
+    events, next_seq = rt.backend.events_since(since)
     return p.InstanceState(
         boot_id=rt.info.boot_id,
         role=rt.spec.role.value,
         prefill_busy_s=rt.activity.prefill_busy_s,
         active_prefills=rt.activity.prefills,
         active_decodes=rt.activity.decodes,
-        num_waiting=rt.worker.num_waiting,
-        num_running=rt.worker.num_running,
-        free_pages=rt.worker.free_pages,
+        num_waiting=rt.backend.num_waiting,
+        num_running=rt.backend.num_running,
+        free_pages=rt.backend.free_pages,
         events=[
             p.CacheEventBody(
                 seq=e.seq,
@@ -68,7 +68,7 @@ def resources(rt: InstanceRuntime) -> p.ResourcesBody:
     """What requests in progress hold here (see the module docstring)."""
     kv = rt.kv
     return p.ResourcesBody(
-        held_pages=rt.worker.held_pages,
+        held_pages=rt.backend.held_pages,
         receive_pages=kv.sink.num_pages if kv is not None else 0,
         receive_pages_free=kv.sink.num_free_pages if kv is not None else 0,
         unclaimed_kv=rt.claims.num_unclaimed if rt.claims is not None else 0,
@@ -79,6 +79,6 @@ def resources(rt: InstanceRuntime) -> p.ResourcesBody:
 
 
 def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
-    if isinstance(rt.worker, ShipsOwnKv):
-        return rt.worker.link_signals()
+    if isinstance(rt.backend, ShipsOwnKv):
+        return rt.backend.link_signals()
     return rt.kv.sender.link_signals() if rt.kv is not None else []
