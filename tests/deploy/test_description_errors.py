@@ -90,3 +90,24 @@ def test_emulated_instances_get_no_gpus(tmp_path: Path, capsys: pytest.CaptureFi
         "prfaas: error: instances (pd, pd-decode): emulated instances compute nothing: give "
         "their cluster accelerator: none",
     ]
+
+
+def test_ports_that_preflight_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment = DEPLOYMENT.replace("decode-a", "pdd-0").replace("decode-b", "pdd-1")
+    description = (
+        "deployment: deployment.yaml\nhttp_port: 8000\ntransfer_port: 8000\n"
+        "router: {cluster: pd}\nclusters: {prfaas: {image: img}, pd: {image: img}}\n"
+    )
+    code, err = _run(
+        ["deploy", "render", str(write_description(tmp_path, deployment, description))], capsys
+    )
+    assert code == 2
+    lines = err.splitlines()
+    assert lines[:2] == [
+        "prfaas: error: http_port: port 8000 is also router.port (preflight refuses it: the "
+        "router listens on 0.0.0.0 and sees every instance's ports)",
+        "prfaas: error: transfer_port: port 8000 is also router.port (preflight refuses it: "
+        "the router listens on 0.0.0.0 and sees every instance's ports)",
+    ]

@@ -27,6 +27,7 @@ from k8s_checks import (
 
 from prfaas.cli.app import app
 from prfaas.deploy.render import Rendered, render, write
+from prfaas.serve import preflight
 from prfaas.serve.config import CHILD_ENV, Deployment, load_deployment
 
 TLS_DEPLOYMENT = """\
@@ -152,6 +153,28 @@ def test_commands_are_ones_prfaas_accepts(example: Rendered, tmp_path: Path) -> 
                 assert deployment.router.port == ports["http"]
             seen.add(verb)
     assert seen == {"router", "instance"}
+
+
+def test_each_pods_preflight_passes(
+    example: Rendered, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `prfaas router` and `prfaas instance` check before they start passes for every
+    pod with the environment the pod gets. Only binding is left out: inside the pod the
+    kubelet maps the pod's host name to its IP, which this machine does not have."""
+    monkeypatch.setattr(preflight, "bind_failure", lambda host, port: None)
+    monkeypatch.setenv(
+        "PRFAAS_TRANSFER_SECRET", example.secrets["pd"]["stringData"]["transfer-secret"]
+    )
+    monkeypatch.setenv("PRFAAS_ADMIN_TOKEN", example.secrets["pd"]["stringData"]["admin-token"])
+    for cluster, workload, _ in _containers(example):
+        file_path = tmp_path / f"{cluster}.yaml"
+        file_path.write_text(_mounted_text(example.manifests[cluster]))
+        deployment = load_deployment(file_path)
+        for pod in _pod_names(workload):
+            is_router = workload["kind"] == "Deployment"
+            scope = preflight.Scope.ROUTER if is_router else preflight.Scope.INSTANCE
+            name = None if is_router else pod
+            assert preflight.check_deployment(deployment, scope, instance_name=name) == []
 
 
 def _mounted_text(objects: list[Manifest]) -> str:

@@ -5,9 +5,19 @@ address is that pod's LoadBalancer Service there (prfaas.deploy.wiring)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from k8s_checks import EXAMPLE, Manifest, find, of_kind, pod_file, write_description
+from k8s_checks import (
+    EXAMPLE,
+    KUBERNETES_VERSIONS,
+    Manifest,
+    every_object,
+    find,
+    of_kind,
+    pod_file,
+    schema_errors,
+    write_description,
+)
 
 from prfaas.deploy.render import Rendered, render
 
@@ -58,13 +68,14 @@ def test_the_example_resolves_in_both_clusters() -> None:
     assert find(rendered.manifests["prfaas"], "Deployment", "prfaas-router") is None
 
 
+@settings(max_examples=30)
 @given(
     prfaas=st.integers(1, 4),
     pd_prefill=st.integers(0, 3),
     pd_decode=st.integers(1, 4),
     router_in_prfaas=st.booleans(),
 )
-def test_any_layout_resolves_in_both_clusters(
+def test_any_layout_renders_valid_objects_that_resolve_in_both_clusters(
     tmp_path_factory: pytest.TempPathFactory,
     prfaas: int,
     pd_prefill: int,
@@ -90,4 +101,7 @@ def test_any_layout_resolves_in_both_clusters(
             f"  {c}: {{image: img, addresses: {{{', '.join(a)}}}}}\n" for c, a in addresses.items()
         )
     )
-    _assert_every_host_resolves(render(write_description(directory, deployment, description)))
+    rendered = render(write_description(directory, deployment, description))
+    _assert_every_host_resolves(rendered)
+    errors = [schema_errors(m, KUBERNETES_VERSIONS[-1]) for _, m in every_object(rendered)]
+    assert [e for e in errors if e is not None] == []

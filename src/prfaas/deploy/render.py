@@ -105,8 +105,9 @@ def render(description_path: Path) -> Rendered:
 
 
 def placement_problems(deployment: Deployment, description: Description) -> list[str]:
-    """The description's clusters are the deployment's; the router runs in one of them, as a
-    single replica while the slow loop runs (replicas do not share its lease yet, issue 29)."""
+    """The description's clusters are the deployment's; no two of the router's and an
+    instance's ports are one; the router runs in one of the clusters, as a single replica
+    while the slow loop runs (replicas do not share its lease yet, issue 29)."""
     problems: list[str] = []
     wanted = {spec.cluster for spec in deployment.instances}
     described = set(description.clusters)
@@ -114,6 +115,18 @@ def placement_problems(deployment: Deployment, description: Description) -> list
     problems += [
         f"clusters.{c}: no instance of the deployment is there" for c in sorted(described - wanted)
     ]
+    ports = [
+        ("router.port", deployment.router.port or layout.ROUTER_PORT),
+        ("http_port", description.http_port),
+        ("transfer_port", description.transfer_port),
+    ]
+    for i, (field, port) in enumerate(ports):
+        problems += [
+            f"{field}: port {port} is also {other} (preflight refuses it: the router listens on "
+            "0.0.0.0 and sees every instance's ports)"
+            for other, other_port in ports[:i]
+            if other_port == port
+        ]
     if description.router.cluster not in described:
         problems.append(f"router.cluster: {description.router.cluster!r} is not in clusters")
     if description.router.replicas > 1 and deployment.rebalance.enabled:
