@@ -57,6 +57,12 @@ class Group:
     gpus: int  # nvidia.com/gpu per pod; 0: none
 
 
+def router_port(deployment: Deployment) -> int:
+    """The router's port in the pods: the file's, or ROUTER_PORT where `prfaas up` would
+    have picked one."""
+    return deployment.router.port or ROUTER_PORT
+
+
 def host_name(instance: str, group: str, description: Description) -> str:
     """The instance's stable DNS name (its StatefulSet pod behind the headless Service)."""
     return f"{instance}.{group}.{description.namespace}.svc.{description.cluster_domain}"
@@ -135,7 +141,7 @@ def pod_deployment(
     raw["secret"] = None
     router = raw["router"]
     router.update(host="0.0.0.0", admin_token=None, api_key=None)
-    router["port"] = router["port"] or ROUTER_PORT
+    router["port"] = router_port(deployment)
     group_of = {name: g.name for g in found for name in g.instances}
     for instance in raw["instances"]:
         instance.update(

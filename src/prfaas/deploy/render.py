@@ -116,7 +116,7 @@ def placement_problems(deployment: Deployment, description: Description) -> list
         f"clusters.{c}: no instance of the deployment is there" for c in sorted(described - wanted)
     ]
     ports = [
-        ("router.port", deployment.router.port or layout.ROUTER_PORT),
+        ("router.port", layout.router_port(deployment)),
         ("http_port", description.http_port),
         ("transfer_port", description.transfer_port),
     ]

@@ -23,7 +23,13 @@ import yaml
 from prfaas.deploy import credentials as creds
 from prfaas.deploy.description import Description
 from prfaas.deploy.layout import DEPLOYMENT_KEY, Group
-from prfaas.deploy.workloads import DEPLOYMENT_CONFIGMAP, Manifest, instance_ports, labels
+from prfaas.deploy.workloads import (
+    DEPLOYMENT_CONFIGMAP,
+    Manifest,
+    instance_ports,
+    labels,
+    metadata,
+)
 
 GRAFANA_CONFIGMAP = "prfaas-grafana-dashboard"
 GRAFANA_KEY = "prfaas-router.json"
@@ -67,19 +73,16 @@ def exposed_instances(
     out: list[Manifest] = []
     for group in (g for g in found if g.cluster == cluster):
         for name in group.instances:
-            metadata: Manifest = {
-                "name": name + WAN_SUFFIX,
-                "namespace": description.namespace,
-                "labels": labels("instance-wan", **{"prfaas.io/statefulset": group.name}),
-            }
+            wan_labels = labels("instance-wan", **{"prfaas.io/statefulset": group.name})
+            meta = metadata(name + WAN_SUFFIX, description, wan_labels)
             if spec.service_annotations:
-                metadata["annotations"] = dict(spec.service_annotations)
+                meta["annotations"] = dict(spec.service_annotations)
             ports = [{**p, "targetPort": p["port"]} for p in instance_ports(description)]
             out.append(
                 {
                     "apiVersion": "v1",
                     "kind": "Service",
-                    "metadata": metadata,
+                    "metadata": meta,
                     "spec": {
                         "type": "LoadBalancer",
                         "loadBalancerIP": spec.addresses[name],
@@ -102,7 +105,7 @@ def remote_instances(
         service = {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": _meta(group.name, description, group_labels),
+            "metadata": metadata(group.name, description, group_labels),
             "spec": {"clusterIP": "None", "ports": instance_ports(description)},
         }
         slice_labels = {
@@ -117,17 +120,13 @@ def remote_instances(
         endpoint_slice = {
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
-            "metadata": _meta(f"{group.name}-remote", description, slice_labels),
+            "metadata": metadata(f"{group.name}-remote", description, slice_labels),
             "addressType": "IPv4",
             "endpoints": endpoints,
             "ports": instance_ports(description),
         }
         out += [service, endpoint_slice]
     return out
-
-
-def _meta(name: str, description: Description, object_labels: dict[str, str]) -> Manifest:
-    return {"name": name, "namespace": description.namespace, "labels": object_labels}
 
 
 def namespace(description: Description) -> Manifest:
@@ -144,7 +143,7 @@ def deployment_configmap(pod_file: dict[str, Any], description: Description) -> 
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(DEPLOYMENT_CONFIGMAP, description, labels("config")),
+        "metadata": metadata(DEPLOYMENT_CONFIGMAP, description, labels("config")),
         "data": {DEPLOYMENT_KEY: text},
     }
 
@@ -157,7 +156,7 @@ def grafana_configmap(dashboard_json: str, description: Description) -> Manifest
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(GRAFANA_CONFIGMAP, description, dashboard_labels),
+        "metadata": metadata(GRAFANA_CONFIGMAP, description, dashboard_labels),
         "data": {GRAFANA_KEY: dashboard_json},
     }
 
@@ -168,7 +167,7 @@ def secret(data: dict[str, str], description: Description) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(creds.SECRET_NAME, description, labels("credentials")),
+        "metadata": metadata(creds.SECRET_NAME, description, labels("credentials")),
         "type": "Opaque",
         "stringData": data,
     }

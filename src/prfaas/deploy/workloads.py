@@ -30,9 +30,9 @@ from prfaas.deploy.layout import (
     CONFIG_DIR,
     DEPLOYMENT_FILE,
     DEPLOYMENT_KEY,
-    ROUTER_PORT,
     TLS_DIR,
     Group,
+    router_port,
 )
 from prfaas.serve.config import CHILD_ENV, Backend, Deployment
 
@@ -48,7 +48,8 @@ def labels(component: str, **more: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": component, **more}
 
 
-def _meta(name: str, description: Description, object_labels: dict[str, str]) -> Manifest:
+def metadata(name: str, description: Description, object_labels: dict[str, str]) -> Manifest:
+    """An object's name, namespace and labels."""
     return {"name": name, "namespace": description.namespace, "labels": object_labels}
 
 
@@ -82,7 +83,7 @@ def router_objects(
     deployment: Deployment, description: Description, has_api_key: bool
 ) -> list[Manifest]:
     """The router's Deployment, its Service and its PodDisruptionBudget."""
-    port = deployment.router.port or ROUTER_PORT
+    port = router_port(deployment)
     selector = labels("router")
     volumes, mounts = _volumes(deployment, description)
     scrape = {
@@ -108,7 +109,7 @@ def router_objects(
     workload = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(ROUTER, description, selector),
+        "metadata": metadata(ROUTER, description, selector),
         "spec": {
             "replicas": description.router.replicas,
             "selector": {"matchLabels": selector},
@@ -118,7 +119,7 @@ def router_objects(
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {**_meta(ROUTER, description, selector), "annotations": scrape},
+        "metadata": {**metadata(ROUTER, description, selector), "annotations": scrape},
         "spec": {
             "type": description.router.service_type.value,
             "selector": selector,
@@ -154,7 +155,7 @@ def instance_objects(
     workload = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _meta(group.name, description, pod_labels),
+        "metadata": metadata(group.name, description, pod_labels),
         "spec": {
             "serviceName": group.name,
             "replicas": len(group.instances),
@@ -169,7 +170,7 @@ def instance_objects(
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(group.name, description, pod_labels),
+        "metadata": metadata(group.name, description, pod_labels),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,  # the router finds an instance as it starts
@@ -235,6 +236,6 @@ def _budget(name: str, description: Description, selector: dict[str, str]) -> Ma
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(name, description, selector),
+        "metadata": metadata(name, description, selector),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
     }
