@@ -111,3 +111,22 @@ def test_ports_that_preflight_would_refuse(
         "prfaas: error: transfer_port: port 8000 is also router.port (preflight refuses it: "
         "the router listens on 0.0.0.0 and sees every instance's ports)",
     ]
+
+
+def test_instance_names_that_clash_with_the_routers_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment = (
+        "model: tiny-qwen3-next\ninstances:\n"
+        "  - {name: prfaas-router-0, role: pd-prefill, cluster: pd}\n"
+        "  - {name: pdd-0, role: pd-decode, cluster: pd}\n"
+    )
+    description = "deployment: deployment.yaml\nrouter: {cluster: pd}\nclusters: {pd: {image: i}}\n"
+    path = write_description(tmp_path, deployment, description)
+    code, err = _run(["deploy", "render", str(path)], capsys)
+    assert code == 2
+    assert err.splitlines() == [
+        f"prfaas: error: clusters.pd: two {kind} objects named 'prfaas-router' (rename the "
+        "instances whose names make it)"
+        for kind in ("Service", "PodDisruptionBudget")
+    ]

@@ -103,5 +103,7 @@ def test_any_layout_renders_valid_objects_that_resolve_in_both_clusters(
     )
     rendered = render(write_description(directory, deployment, description))
     _assert_every_host_resolves(rendered)
+    names = [(c, m["kind"], m["metadata"]["name"]) for c, m in every_object(rendered)]
+    assert len(names) == len(set(names))  # nothing rendered twice in a cluster
     errors = [schema_errors(m, KUBERNETES_VERSIONS[-1]) for _, m in every_object(rendered)]
     assert [e for e in errors if e is not None] == []

@@ -101,7 +101,26 @@ def render(description_path: Path) -> Rendered:
         objects += wiring.remote_instances(found, description, cluster)
         manifests[cluster] = objects
     secret = wiring.secret(data, description)
+    clashes = [p for c, objects in manifests.items() for p in _clashes(c, [*objects, secret])]
+    if clashes:
+        raise DeploymentError(*clashes)
     return Rendered(manifests, {cluster: secret for cluster in description.clusters})
+
+
+def _clashes(cluster: str, objects: list[Manifest]) -> list[str]:
+    """Objects of one kind and name twice in a cluster (an instance prefix that is also the
+    name of another object, such as `prfaas-router`): the second would replace the first."""
+    seen: set[tuple[str, str]] = set()
+    problems: list[str] = []
+    for manifest in objects:
+        key = (manifest["kind"], manifest["metadata"]["name"])
+        if key in seen:
+            problems.append(
+                f"clusters.{cluster}: two {key[0]} objects named {key[1]!r} (rename the "
+                "instances whose names make it)"
+            )
+        seen.add(key)
+    return problems
 
 
 def placement_problems(deployment: Deployment, description: Description) -> list[str]:
