@@ -10,6 +10,7 @@ its clusters is and what image runs there) becomes one directory of manifests pe
                      Services and disruption budgets
     wiring.py        what crosses clusters (exposed instance Services, the other cluster's
                      instances as DNS names), the ConfigMaps and the Secret
+    credentials.py   the Secret's values: transfer secret, admin token, API key, TLS files
     render.py        all of it per cluster, and the files written
 
 The pods run the processes `prfaas up` starts (`serve.launcher`), with the same command lines
