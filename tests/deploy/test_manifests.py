@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
 from k8s_checks import (
     EXAMPLE,
     KUBERNETES_VERSIONS,
@@ -25,7 +26,7 @@ from k8s_checks import (
     write_tls_files,
 )
 
-from prfaas.cli.app import app
+from prfaas.cli.app import app, main
 from prfaas.deploy.render import Rendered, render, write
 from prfaas.serve import preflight
 from prfaas.serve.config import CHILD_ENV, Deployment, load_deployment
@@ -293,3 +294,29 @@ def test_instances_request_their_gpus_and_the_router_none(tmp_path: Path) -> Non
     assert router is not None and router["spec"]["replicas"] == 3
     assert all(schema_errors(m, "1.37.0") is None for _, m in every_object(rendered))
     assert isinstance(Deployment.model_validate(pod_file(rendered.manifests["pd"])), Deployment)
+
+
+def test_render_writes_each_clusters_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`prfaas deploy render` writes what `kubectl apply -k out/<cluster>` applies: the
+    kustomization names the two files, which hold the rendered objects."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deploy", "render", str(EXAMPLE), "--out", str(tmp_path)])
+    assert exit_info.value.code == 0
+    for cluster in ("pd", "prfaas"):
+        directory = tmp_path / cluster
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        assert kustomization["resources"] == ["manifests.yaml", "secret.yaml"]
+        documents = [
+            doc
+            for name in kustomization["resources"]
+            for doc in yaml.safe_load_all((directory / name).read_text())
+        ]
+        assert {d["kind"] for d in documents} >= {"StatefulSet", "Secret", "ConfigMap"}
+        assert all(schema_errors(d, KUBERNETES_VERSIONS[-1]) is None for d in documents)
+    assert capsys.readouterr().out.split() == [
+        str(tmp_path / c / f)
+        for c in ("prfaas", "pd")
+        for f in ("manifests.yaml", "secret.yaml", "kustomization.yaml")
+    ]
