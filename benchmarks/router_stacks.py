@@ -58,20 +58,22 @@ def free_port() -> int:
 
 
 class Processes(contextlib.AbstractContextManager["Processes"]):
-    """Children started for one system; on exit each gets SIGTERM, then SIGKILL."""
+    """Children started for one system, each logging to `log_dir`/NAME.log; on exit each gets
+    SIGTERM, then SIGKILL after 10 s."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[IO[bytes]] = []
 
     def start(
-        self, name: str, argv: list[str], env: dict[str, str] | None = None
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, *, piped: bool = False
     ) -> subprocess.Popen[bytes]:
-        log: IO[bytes] = (self.log_dir / f"{name}.log").open("wb")
-        child = subprocess.Popen(
-            argv, stdout=subprocess.PIPE if name.startswith("worker") else log, stderr=log,
-            env=env, start_new_session=True,
-        )  # fmt: skip
+        """Child `name`; with `piped` its stdout is a pipe the caller reads (else the log)."""
+        log = (self.log_dir / f"{name}.log").open("wb")
+        self._logs.append(log)
+        out = subprocess.PIPE if piped else log
+        child = subprocess.Popen(argv, stdout=out, stderr=log, env=env, start_new_session=True)
         self.children[name] = child
         return child
 
@@ -88,6 +90,10 @@ class Processes(contextlib.AbstractContextManager["Processes"]):
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+        for log in self._logs:
+            log.close()
 
 
 def ensure_peer_venv(bootstrap: bool) -> str | None:
@@ -121,7 +127,7 @@ def start_workers(
         argv = [sys.executable, str(BENCHMARKS / "openai_worker.py"), "--port", "0",
                 "--model", MODEL, "--first-token-ms", str(first_token_ms),
                 "--token-ms", str(token_ms)]  # fmt: skip
-        child = procs.start(f"worker-{i}", argv)
+        child = procs.start(f"worker-{i}", argv, piped=True)
         assert child.stdout is not None
         line = child.stdout.readline().decode().split()
         if line[:1] != ["ready"]:
