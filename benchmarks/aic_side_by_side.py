@@ -12,7 +12,8 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    `--timing aic` against aiconfigurator's own disaggregated plan (`aiconfigurator.cli.api.
    cli_default`, the upper `aiconfigurator` package, which must be importable: it is not part of
    `prfaas[aic]`; `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable
-   wcwidth plotext` and put DIR on PYTHONPATH). Throughput per GPU side by side.
+   wcwidth 'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH). Throughput per GPU
+   side by side.
 3. `prfaas_across_clusters`: PrfaaS-PD with a B200 PrfaaS cluster and an H200 PD cluster over
    a 100 Gbps link (the case study's lengths, OSL 1024, 40 tokens/s), searched under aic,
    against aiconfigurator's best single-cluster plan (H200 or B200) at equal price, run at the

@@ -82,6 +82,21 @@ def test_flip_to_decode_when_planner_wants_fewer_prefill(config: RebalanceConfig
     assert FlipRole("p5", Role.PD_DECODE, RebalanceReason.DECODE_BOTTLENECK) in actions
 
 
+def test_no_planner_flip_toward_a_stage_that_is_not_busy(config: RebalanceConfig) -> None:
+    # No bottleneck measured: the planner's flip stands only where the stage it feeds is busy
+    # (utilisation >= busy_utilisation, 0.85); a stage with room gains nothing from a drain.
+    more_prefill, fewer_prefill = case_study_view(n_p=1, n_d=7), case_study_view(n_p=6, n_d=2)
+    cases = (
+        (more_prefill, stats(0.9, 0.3), 40_000, True),
+        (fewer_prefill, stats(0.3, 0.9), 19_600, True),
+        (more_prefill, stats(0.6, 0.9), 40_000, False),
+        (fewer_prefill, stats(0.9, 0.11), 19_600, False),
+    )
+    for view, measured, t, flips in cases:
+        actions = RebalancePolicy(config).step(view, measured, window(LOGNORMAL), t)
+        assert any(isinstance(a, FlipRole) for a in actions) is flips
+
+
 def test_one_drain_at_a_time_and_too_few_samples(config: RebalanceConfig) -> None:
     policy = RebalancePolicy(config)
     draining = case_study_view(n_p=1, n_d=7, draining="d3")
@@ -114,13 +129,13 @@ def test_small_windows_accumulate_until_min_samples() -> None:
     for period in range(2):  # two periods of 4 requests each: too few alone, enough together
         for k in range(4):
             scheduler.route(req(f"r{period}{k}", LOGNORMAL[4 * period + k]), view)
-        actions = scheduler.rebalance(view, stats())
+        actions = scheduler.rebalance(view, stats(0.9, 0.9))
         if period == 0:
             assert actions == []
     # 8 lengths leave no sample between the current t and the planner's, so no predicted gain
     # moves t (damping); the flip toward the planner's N_p shows the window was judged.
     assert any(isinstance(a, FlipRole) for a in actions)
-    assert scheduler.rebalance(view, stats()) == []  # the window was consumed
+    assert scheduler.rebalance(view, stats(0.9, 0.9)) == []  # the window was consumed
 
 
 #: 40 lengths from 1K to 41K, 10% apart: dense enough that t moves with N_p.

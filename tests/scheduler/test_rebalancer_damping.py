@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_rebalancer import GEOMETRIC, case_study_view, stats, window
+from test_rebalancer import GEOMETRIC, case_study_view, refusing_window, stats, window
 
 from prfaas.planner import load_scenario
 from prfaas.planner.scenario import RebalanceFile
@@ -38,7 +38,7 @@ def _threshold(actions: list[RebalanceAction]) -> int | None:
 
 def test_a_far_target_is_reached_a_bounded_step_per_period(config: RebalanceConfig) -> None:
     policy = RebalancePolicy(config)
-    busy = stats()
+    busy = stats(0.9)  # PD-P busy: outside overload the loop acts only then
     view, lengths, target = _settled(policy)
     current = 4 * target  # far above it
     steps = []
@@ -57,7 +57,7 @@ def test_a_far_target_is_reached_a_bounded_step_per_period(config: RebalanceConf
 
 def test_a_small_reversal_is_held(config: RebalanceConfig) -> None:
     policy = RebalancePolicy(config)
-    busy = stats()
+    busy = stats(0.9)  # PD-P busy: outside overload the loop acts only then
     view, lengths, target = _settled(policy)
     assert _threshold(policy.step(view, busy, lengths, round(target * 1.2))) == target  # down
     # Now 14% below the target (Lambda_max 3.7% lower there): going back up reverses the last
@@ -74,7 +74,38 @@ def test_no_move_when_the_gain_is_within_the_windows_noise(config: RebalanceConf
     rng = random.Random(7)
     lengths = [int(1000 * 128 ** rng.random()) for _ in range(20)]
     policy = RebalancePolicy(config)
-    view, busy = case_study_view(n_p=3, n_d=5), stats()
+    view, busy = case_study_view(n_p=3, n_d=5), stats(0.9)
     _, target = policy.target(view, busy, window(lengths, output=343), n_p=3)
     current = round(target * 1.3)
     assert _threshold(policy.step(view, busy, window(lengths, output=343), current)) is None
+
+
+def test_a_cluster_with_no_busy_stage_holds(config: RebalanceConfig) -> None:
+    # The same far target as above: with neither PD stage busy nothing is short, so a move for
+    # capacity buys nothing now and lags when the mix shifts back (module docstring).
+    view, lengths, target = _settled(RebalancePolicy(config))
+    assert RebalancePolicy(config).step(view, stats(0.6, 0.6), lengths, 4 * target) == []
+    assert _threshold(RebalancePolicy(config).step(view, stats(0.6, 0.9), lengths, 4 * target))
+
+
+def test_overload_refusals_move_t_toward_the_planner_only_to_relieve_the_refusing_side(
+    config: RebalanceConfig,
+) -> None:
+    # 20 of 60 routed refused, no flip (decode refuses nothing). PrfaaS refusing: t goes up
+    # (fewer requests to PrfaaS) where the planner's t is higher, bounded per period; not where
+    # it is lower. PD-P refusing: the mirror.
+    view, _, target = _settled(RebalancePolicy(config))
+    low, high = round(target / 2), 2 * target
+    at_prfaas, at_pd_p = refusing_window(0, 0, 20), refusing_window(0, 20, 0)
+    for w, current, moved in (
+        (at_prfaas, low, True),
+        (at_prfaas, high, False),
+        (at_pd_p, high, True),
+        (at_pd_p, low, False),
+    ):
+        new_t = _threshold(RebalancePolicy(config).step(view, stats(0.97, 0.5), w, current))
+        if moved:
+            assert new_t is not None and abs(new_t - current) <= 0.25 * current + 1
+            assert (new_t - current) * (target - current) > 0
+        else:
+            assert new_t is None

@@ -58,7 +58,7 @@ def test_the_planner_over_live_profiles_lowers_t_and_wants_a_second_pd_p() -> No
         window.uncached_tokens.append(n)
         window.input_tokens += n
         window.output_tokens += 8
-    stats = StageStats(0.3, 0.05, 0.0, 0, 1.25e8)
+    stats = StageStats(0.9, 0.05, 0.0, 0, 1.25e8)  # PD-P busy, without a queue: no bottleneck
     actions = policy.step(ClusterView(0.0, views, LinkView(1.25e8)), stats, window, 100_000)
     assert isinstance(actions[0], SetThreshold) and actions[0].threshold_tokens < 100_000
     assert actions[1] == FlipRole(InstanceId("pdd-1"), Role.PD_PREFILL, actions[1].reason)

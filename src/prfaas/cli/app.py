@@ -18,7 +18,7 @@ from typer._click.exceptions import (  # typer (pinned) vendors click
 )
 
 from prfaas import __version__
-from prfaas.cli import bench, generate, kv_throughput, plan, serve, simulate, tokenizer
+from prfaas.cli import bench, deploy, generate, kv_throughput, plan, serve, simulate, tokenizer
 from prfaas.cli.output import scenarios_epilog
 from prfaas.specs.errors import SpecError
 
@@ -61,6 +61,7 @@ for name, short_help, function in (
 ):
     epilog = scenarios_epilog() if name in ("plan", "simulate") else None
     app.command(name, short_help=short_help, epilog=epilog)(function)
+app.add_typer(deploy.app, name="deploy", short_help="Kubernetes manifests for a deployment.")
 
 
 def main(argv: list[str] | None = None) -> None:

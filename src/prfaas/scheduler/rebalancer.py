@@ -11,15 +11,20 @@ One step, on the window of requests routed since the last step:
    gives N_p and t (Eq. 7-8) for the current PD instance count.
 3. Actions: SetThreshold when the damped move of t (below) is more than `min_threshold_change`;
    at most one FlipRole
-   per step, and none while an instance still drains: toward the planner's N_p unless the
-   measured bottleneck contradicts it, or toward the measured bottleneck when the planner is
+   per step, and none while an instance still drains: toward the planner's N_p where the
+   stage gaining the instance is busy (utilisation >= busy_utilisation) and the measured
+   bottleneck is not the other stage, or toward the measured bottleneck when the planner is
    content but the other side is idle (utilisation under idle_utilisation).
+
+Outside overload a step with neither PD stage busy holds roles and t: a move for capacity
+buys nothing while nothing is short and lags when the mix moves back (docs/scheduler.md).
 
 In overload (admission control refused >= overload_refusal_fraction of the window's routed
 requests) steps 2-3 change: the flip needs the admission refusals by stage to point at the
 stage that is short and the planner's N_p to point the same way (`_overload_flip_role`); t
-moves only with a flip, to the planner's best for the PD-P count after it (docs/scheduler.md,
-"The slow loop in overload").
+moves with a flip, to the planner's best for the PD-P count after it, or alone only to
+relieve the prefill side that refuses (`_overload_threshold`; docs/scheduler.md, "The slow
+loop in overload").
 
 Damping (issue 27: undamped, t swung 3.6K -> 9.5K -> 1.0K within 240 s on a held-out trace and
 cost 4-5% of the requests in SLO against the loop off). A threshold move is taken only when
@@ -199,6 +204,8 @@ class RebalancePolicy:
         try:
             target_n_p, _ = self.target(view, stats, window)
             overload = window.refused_fraction >= self.config.overload_refusal_fraction
+            if not overload and not self._busy(stats):
+                return []
             if overload:
                 flip = self._overload_flip_role(view, window, target_n_p)
             else:
@@ -206,9 +213,8 @@ class RebalancePolicy:
                 flip = self._flip(view, stats, target_n_p)
             if flip is not None:
                 n_p += 1 if flip.to_role is Role.PD_PREFILL else -1
-            new_t = None
-            if flip is not None or not overload:  # in overload t follows a flip only
-                _, target_t = self.target(view, stats, window, max(1, n_p))
+            _, target_t = self.target(view, stats, window, max(1, n_p))
+            if flip is not None or not overload:
                 new_t = self._damped_threshold(
                     view,
                     stats,
@@ -217,6 +223,8 @@ class RebalancePolicy:
                     current_t=threshold_tokens,
                     target_t=target_t,
                 )
+            else:
+                new_t = self._overload_threshold(window, threshold_tokens, target_t)
         except PlanError:
             return []
         actions: list[RebalanceAction] = []
@@ -225,6 +233,11 @@ class RebalancePolicy:
         if flip is not None:
             actions.append(flip)
         return actions
+
+    def _busy(self, stats: StageStats) -> bool:
+        """Is a PD stage near its capacity? PrfaaS's load shows as refusals (overload)."""
+        busy = self.config.busy_utilisation
+        return max(stats.pd_prefill_utilisation, stats.pd_decode_utilisation) >= busy
 
     def _predicted_gain(self, model: StageModel, n_p: int, current_t: int, target_t: int) -> float:
         """Lambda_max at `target_t` over Lambda_max at `current_t`, less 1, at `n_p` PD-P."""
@@ -249,7 +262,13 @@ class RebalancePolicy:
         cfg = self.config
         change = (target_t - current_t) / max(current_t, 1)
         direction = 1 if change > 0 else -1
-        needed = cfg.reversal_change if direction == -self._last_move else cfg.min_threshold_change
+        # Raising t relieves PrfaaS, lowering it PD-P: never feed the side that refuses more,
+        # and a move relieving it is no reversal to hold back (refusals are the evidence).
+        relieves = int(np.sign(window.refused_at_prfaas - window.refused_at_pd_prefill))
+        if relieves == -direction:
+            return None
+        reversal = direction == -self._last_move and relieves != direction
+        needed = cfg.reversal_change if reversal else cfg.min_threshold_change
         if abs(change) <= needed:
             return None
         tokens = window.uncached_tokens
@@ -264,6 +283,32 @@ class RebalancePolicy:
         new_t = round(min(max(target_t, current_t / factor), current_t * factor))
         self._last_move = direction
         return new_t
+
+    def _overload_threshold(self, window: Window, current_t: int, target_t: int) -> int | None:
+        """In overload without a flip, t moves only to relieve the prefill side that refuses:
+        up (fewer requests to PrfaaS) when PrfaaS's refusals are at least
+        overload_refusal_fraction of the routed requests and `refusal_dominance` x PD-P's,
+        down in the mirror case, and only where the planner's t for the current N_p lies that
+        way. The planner alone, in overload, cost requests in SLO (its steady state assumes
+        every request served); refusals alone do not say how far to go. On a diurnal ramp t
+        followed the shorter prompts of the rising load down, the peak's longer ones then
+        overran PrfaaS, and t stayed where it was because overload froze it (x0.9, seed 3:
+        3,723 in SLO against 3,754 with the loop off)."""
+        cfg = self.config
+        routed = len(window.uncached_tokens) + window.num_refused
+        floor = cfg.overload_refusal_fraction * routed
+        at_prfaas, at_pd_p = window.refused_at_prfaas, window.refused_at_pd_prefill
+        if at_prfaas >= floor and at_prfaas >= cfg.refusal_dominance * at_pd_p:
+            direction = 1
+        elif at_pd_p >= floor and at_pd_p >= cfg.refusal_dominance * at_prfaas:
+            direction = -1
+        else:
+            return None
+        if direction * (target_t - current_t) / max(current_t, 1) <= cfg.min_threshold_change:
+            return None
+        factor = 1.0 + cfg.max_threshold_step_fraction
+        self._last_move = direction
+        return round(min(max(target_t, current_t / factor), current_t * factor))
 
     def _overload_flip_role(
         self, view: ClusterView, window: Window, target_n_p: int
@@ -309,17 +354,28 @@ class RebalancePolicy:
         return FlipRole(donor.instance_id, to_role, reason)
 
     def _flip(self, view: ClusterView, stats: StageStats, target_n_p: int) -> FlipRole | None:
+        """Toward the planner's N_p where the stage gaining the instance is busy (utilisation >=
+        busy_utilisation) and the measured bottleneck is not the other stage. A flip toward a
+        stage with room adds capacity nobody uses and costs a drain and the donor's prefix
+        cache: on a diurnal ramp at x0.9 the planner moved a PD-P instance to decode at 11%
+        decode utilisation, moved one back 240 s later, and the loop kept 3,731 in SLO against
+        3,757 off. Or toward the measured bottleneck when the other side is idle."""
         if any(not i.is_accepting for i in view.instances):
             return None  # one drain at a time
         bottleneck = detect_bottleneck(stats, self.config)
         n_p = view.count(Role.PD_PREFILL)
         idle = self.config.idle_utilisation
-        to_prefill = (target_n_p > n_p and bottleneck is not Stage.PD_D) or (
-            bottleneck is Stage.PD_P and stats.pd_decode_utilisation < idle
-        )
-        to_decode = (target_n_p < n_p and bottleneck is not Stage.PD_P) or (
-            bottleneck is Stage.PD_D and stats.pd_prefill_utilisation < idle
-        )
+        busy = self.config.busy_utilisation
+        to_prefill = (
+            target_n_p > n_p
+            and bottleneck is not Stage.PD_D
+            and stats.pd_prefill_utilisation >= busy
+        ) or (bottleneck is Stage.PD_P and stats.pd_decode_utilisation < idle)
+        to_decode = (
+            target_n_p < n_p
+            and bottleneck is not Stage.PD_P
+            and stats.pd_decode_utilisation >= busy
+        ) or (bottleneck is Stage.PD_D and stats.pd_prefill_utilisation < idle)
         reason = {
             Stage.PD_P: RebalanceReason.PREFILL_BOTTLENECK,
             Stage.PD_D: RebalanceReason.DECODE_BOTTLENECK,
