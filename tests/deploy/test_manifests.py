@@ -28,8 +28,8 @@ from k8s_checks import (
 
 from prfaas.cli.app import app, main
 from prfaas.deploy.render import Rendered, render, write
-from prfaas.serve import preflight
-from prfaas.serve.config import CHILD_ENV, Deployment, load_deployment
+from prfaas.serve.config.deployment import CHILD_ENV, Deployment, load_deployment
+from prfaas.serve.launch import preflight
 
 TLS_DEPLOYMENT = """\
 model: tiny-qwen3-next

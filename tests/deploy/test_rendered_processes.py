@@ -23,7 +23,7 @@ import yaml
 from k8s_checks import Manifest, pod_file, pod_templates, write_description
 
 from prfaas.deploy.render import Rendered, render
-from prfaas.serve.config import free_port
+from prfaas.serve.config.deployment import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,8 @@ its clusters is and what image runs there) becomes one directory of manifests pe
     credentials.py   the Secret's values: transfer secret, admin token, API key, TLS files
     render.py        all of it per cluster, and the files written
 
-The pods run the processes `prfaas up` starts (`serve.launcher`), with the same command lines
-and environment (`serve.config.CHILD_ENV`, the transfer secret, the admin token). This package
-reads the deployment's models (`serve.config`) and imports no serving behaviour.
+The pods run the processes `prfaas up` starts (`serve.launch.launcher`), with the same command
+lines and environment (`serve.config.deployment.CHILD_ENV`, the transfer secret, the admin
+token). This package reads the deployment's models (`serve.config`) and imports no serving
+behaviour.
 """

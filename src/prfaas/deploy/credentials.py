@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from prfaas.serve.config import (
+from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
     API_KEY_ENV_VAR,
     Deployment,

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prfaas.serve.config import validation_problems
+from prfaas.serve.config.deployment import validation_problems
 from prfaas.serve.errors import DeploymentError
 
 #: An RFC 1123 label: what Kubernetes accepts as a Service, StatefulSet or namespace name.

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prfaas.deploy.description import DNS_LABEL, Accelerator, Description
-from prfaas.serve.config import Backend, Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.config.deployment import Backend, Deployment, InstanceRole, InstanceSpec
 
 #: Where the pods mount the deployment file (a ConfigMap) and the TLS files (the Secret).
 CONFIG_DIR = "/etc/prfaas/config"

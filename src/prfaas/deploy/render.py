@@ -23,7 +23,7 @@ from prfaas.deploy import layout, wiring, workloads
 from prfaas.deploy.credentials import API_KEY_KEY, credentials
 from prfaas.deploy.description import Description, beside, load_description
 from prfaas.deploy.workloads import Manifest
-from prfaas.serve.config import Deployment, load_deployment
+from prfaas.serve.config.deployment import Deployment, load_deployment
 from prfaas.serve.errors import DeploymentError
 
 

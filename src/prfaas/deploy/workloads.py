@@ -1,12 +1,12 @@
 """The pods: the router Deployment and one StatefulSet per (cluster, role), with their
 Services and PodDisruptionBudgets.
 
-Each container runs what `prfaas up` runs for that process (`serve.launcher`):
+Each container runs what `prfaas up` runs for that process (`serve.launch.launcher`):
 
     router     python -m prfaas router   /etc/prfaas/config/deployment.yaml
     instance   python -m prfaas instance /etc/prfaas/config/deployment.yaml --name $(POD_NAME)
 
-with `serve.config.CHILD_ENV` and the Secret's transfer secret and admin token in the
+with `serve.config.deployment.CHILD_ENV` and the Secret's transfer secret and admin token in the
 environment. Probes (docs/deploy.md, "Health"):
 
 - router: ready while `/health` answers 200 (`ok` or `degraded`: a prefill and a decode
@@ -34,7 +34,7 @@ from prfaas.deploy.layout import (
     Group,
     router_port,
 )
-from prfaas.serve.config import CHILD_ENV, Backend, Deployment
+from prfaas.serve.config.deployment import CHILD_ENV, Backend, Deployment
 
 Manifest = dict[str, Any]
 APP = "prfaas"
