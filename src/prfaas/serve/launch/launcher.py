@@ -76,10 +76,30 @@ DELAY_LINE = "link-delay-line"
 log = logging.getLogger(__name__)
 
 
+_STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
 def die_with_parent() -> None:
-    """Run in the child before exec: SIGTERM when the launcher goes away."""
+    """Run in the child before exec: SIGTERM when the launcher goes away; the stop signals
+    held around the fork (`_stop_signals_held`) unblocked again (a blocked mask survives
+    exec)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this process while a child is forked and recorded. A fork
+    with a `preexec_fn` runs the interpreter's at-fork callbacks (logging's lock), and a stop
+    signal turned KeyboardInterrupt inside one is printed as "Exception ignored" and lost:
+    `prfaas up` went on starting and serving (1 start in 3 here). Held, the signal is raised
+    once the child is in `_children`, where the launcher stops what it started."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class Launcher:
@@ -196,14 +216,15 @@ class Launcher:
                 log.warning("prfaas: the link's delay line did not restart: %s", err)
             return
         out = subprocess.DEVNULL if self._quiet else None
-        self._children[name] = subprocess.Popen(
-            self._argv[name],
-            env=self._env,
-            stdout=out,
-            stderr=None,
-            preexec_fn=die_with_parent,  # noqa: PLW1509
-            process_group=0,
-        )
+        with _stop_signals_held():
+            self._children[name] = subprocess.Popen(
+                self._argv[name],
+                env=self._env,
+                stdout=out,
+                stderr=None,
+                preexec_fn=die_with_parent,  # noqa: PLW1509
+                process_group=0,
+            )
 
     @property
     def engine_log_dir(self) -> str | None:
@@ -308,8 +329,7 @@ def _signals_ignored() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    stopping = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stopping}
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOPPING}
     try:
         yield
     finally:
