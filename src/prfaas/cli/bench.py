@@ -35,7 +35,14 @@ from prfaas.bench import (
     trace_arrivals,
 )
 from prfaas.cli import checks
-from prfaas.cli.output import Format, FormatOption, Output, progress_bar, resolve_format
+from prfaas.cli.output import (
+    Format,
+    FormatOption,
+    JsonOption,
+    Output,
+    progress_bar,
+    resolve_format,
+)
 from prfaas.metrics import MetricsSummary, RequestRecord, Slo
 
 DEFAULT_SYNTHETIC_REQUESTS = 100
@@ -209,7 +216,6 @@ DurationOption = Annotated[
         callback=checks.positive,
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON, not a table.")]
 SaveOption = Annotated[Path | None, typer.Option("--save", help="Also write the JSON here.")]
 RecordsOption = Annotated[
     Path | None, typer.Option("--records", help="Write one JSON line per request here.")
