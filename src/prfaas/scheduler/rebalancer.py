@@ -279,10 +279,7 @@ class RebalancePolicy:
         noise = abs(gains[1] - gains[2]) / 2
         if not gains[0] > max(cfg.min_gain_fraction, noise):
             return None
-        factor = 1.0 + cfg.max_threshold_step_fraction
-        new_t = round(min(max(target_t, current_t / factor), current_t * factor))
-        self._last_move = direction
-        return new_t
+        return self._move(direction, current_t, target_t)
 
     def _overload_threshold(self, window: Window, current_t: int, target_t: int) -> int | None:
         """In overload without a flip, t moves only to relieve the prefill side that refuses:
@@ -306,7 +303,11 @@ class RebalancePolicy:
             return None
         if direction * (target_t - current_t) / max(current_t, 1) <= cfg.min_threshold_change:
             return None
-        factor = 1.0 + cfg.max_threshold_step_fraction
+        return self._move(direction, current_t, target_t)
+
+    def _move(self, direction: int, current_t: int, target_t: int) -> int:
+        """t toward `target_t`, by at most a factor (1 + max_threshold_step_fraction)."""
+        factor = 1.0 + self.config.max_threshold_step_fraction
         self._last_move = direction
         return round(min(max(target_t, current_t / factor), current_t * factor))
 
