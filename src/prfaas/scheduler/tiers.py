@@ -13,15 +13,23 @@ of tiers. When loading costs at least the recompute, the hit is worth its DRAM p
 the instance caps its match there (`capped_request`), so the router and the instance agree.
 Without a lower tier nothing lies below DRAM and every hit keeps its full value.
 
-Callers: the simulator (`sim.runner` for routing, `sim.instances` for the instance side), the
-pool-aware hit model (`scheduler.hit_model`) and the scenario files' tier settings
-(`lower_tier_of`).
+The router's side is `weighed_hits`: every instance's hit in a global-index match, each
+weighed with that instance's prefill timing and tier read rate (`HitPricing`). The simulator
+(`sim.runner`), the pool-aware hit model (`scheduler.hit_model`) and the live router
+(`serve.router.registry`, the rate each instance publishes in its `/info`) all call it, so a
+disk hit is weighed by one rule wherever a request is placed. The instance's side is
+`capped_request` (`sim.instances`, the hit model, the emulated backend's disk tier); the
+scenario files' tier settings are read by `lower_tier_of`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from prfaas.kvcache.ids import InstanceId
+from prfaas.kvcache.index import IndexMatch
 from prfaas.kvcache.layout import PageLayout
 from prfaas.kvcache.tiers import Medium, TierSpec
 from prfaas.kvcache.values import CacheRequest, PrefixMatch
@@ -62,6 +70,40 @@ def valued_hit_tokens(
         else:
             high = middle - 1
     return low
+
+
+@dataclass(frozen=True, slots=True)
+class HitPricing:
+    """What weighing one instance's hit needs: its prefill timing (seconds and cache bytes by
+    length) and the read rate of the tier below its DRAM, in those bytes per second of that
+    timing (None: nothing lies below DRAM, every hit keeps its full value)."""
+
+    profile: PerfProfile
+    read_bytes_per_s: float | None
+
+
+def weighed_hits(
+    match: IndexMatch,
+    block_tokens: int,
+    input_tokens: int,
+    pricing: Callable[[InstanceId], HitPricing],
+) -> dict[InstanceId, int]:
+    """Each instance's hit in `match` (instances without one left out), the part of it below
+    DRAM weighed by its load (`valued_hit_tokens`); `pricing` is asked only for instances
+    whose hit reaches below DRAM."""
+    hits: dict[InstanceId, int] = {}
+    for instance_id, blocks in match.per_instance.items():
+        if not blocks:
+            continue
+        hit = min(blocks * block_tokens, input_tokens)
+        lower = min(match.lower_blocks.get(instance_id, 0) * block_tokens, hit)
+        if lower:
+            price = pricing(instance_id)
+            if price.read_bytes_per_s is not None:
+                load_s = int(price.profile.cache_bytes(lower)) / price.read_bytes_per_s
+                hit = valued_hit_tokens(price.profile, input_tokens, hit, lower, load_s)
+        hits[instance_id] = hit
+    return hits
 
 
 def lower_positions(match: PrefixMatch) -> int:
