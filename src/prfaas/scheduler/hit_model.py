@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache
 from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
 from prfaas.kvcache.index import GlobalKVCacheIndex
-from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages
+from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.plan import plan
 from prfaas.scheduler.load import DispatchLedger, choose_prefill
-from prfaas.scheduler.tiers import HitPricing, capped_request, weighed_hits
+from prfaas.scheduler.tiers import HitPricing, allocate_weighed, promotion_s, weighed_hits
 from prfaas.scheduler.view import InstanceView, Role
 from prfaas.specs.perf import PerfProfile
 from prfaas.workload.prefix import PrefixReplay
@@ -144,31 +144,16 @@ class _Replay:
         """Begin the head job of an instance: its hit is taken now (`PrefillFacet._begin`)."""
         inst = self.instances[position]
         job = inst.queue[0]
-        allocation = self.allocate(inst, job.cache_request)
+        allocation = allocate_weighed(inst.pool, job.cache_request, inst.profile)
         hit, load_s = job.moved_tokens, 0.0
         if not isinstance(allocation, OutOfPages):
             job.has_entry = True
             hit = max(hit, allocation.match.hit_tokens)
-            load_s = self.load_s(allocation.num_promoted_pages)
+            load_s = promotion_s(inst.pool, allocation.num_promoted_pages)
         hit = min(hit, job.request.input_tokens - 1)
         self.cached[job.seq] = hit
         end_s = now_s + inst.profile.prefill_s(job.request.input_tokens - hit) + load_s
         heapq.heappush(self.ends, (end_s, job.seq, position))
-
-    def allocate(self, inst: _Instance, request: CacheRequest) -> Allocation | OutOfPages:
-        """As the simulator's instance: a disk part not worth its load is not promoted."""
-        tier = self.deployment.cache.lower_tier
-        match = inst.pool.match(request)
-        if tier is None or not match.promotions:
-            return inst.pool.allocate(request, match)
-        layout = self.deployment.cache.layout
-        return inst.pool.allocate(capped_request(request, match, layout, tier, inst.profile))
-
-    def load_s(self, num_promoted_pages: int) -> float:
-        tier = self.deployment.cache.lower_tier
-        if tier is None:
-            return 0.0
-        return tier.read_s(num_promoted_pages * self.deployment.cache.layout.page_bytes)
 
     def finish_until(self, now_s: float) -> None:
         """Every prefill ending by `now_s`: commit, publish, release the ledger, start the next."""

@@ -28,11 +28,12 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prfaas.kvcache.cache import HybridPrefixCache
 from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.index import IndexMatch
 from prfaas.kvcache.layout import PageLayout
 from prfaas.kvcache.tiers import Medium, TierSpec
-from prfaas.kvcache.values import CacheRequest, PrefixMatch
+from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages, PrefixMatch
 from prfaas.planner.scenario import SimulationFile
 from prfaas.specs.perf import PerfProfile
 
@@ -132,3 +133,24 @@ def capped_request(
     if request.max_hit_blocks is not None:
         first_lower = min(first_lower, request.max_hit_blocks)
     return dataclasses.replace(request, max_hit_blocks=first_lower)
+
+
+def allocate_weighed(
+    pool: HybridPrefixCache, request: CacheRequest, profile: PerfProfile
+) -> Allocation | OutOfPages:
+    """The instance's side: allocate `request` in `pool`, first capping a hit whose part
+    below DRAM is not worth its load (`capped_request`), so nothing is promoted for nothing."""
+    tier = pool.config.lower_tier
+    match = pool.match(request)
+    if tier is None or not match.promotions:
+        return pool.allocate(request, match)
+    return pool.allocate(capped_request(request, match, pool.layout, tier, profile))
+
+
+def promotion_s(pool: HybridPrefixCache, num_promoted_pages: int) -> float:
+    """Seconds to read `num_promoted_pages` of `pool`'s pages back from its lower tier: what
+    the prefill they precede waits for first."""
+    tier = pool.config.lower_tier
+    if tier is None or not num_promoted_pages:
+        return 0.0
+    return tier.read_s(num_promoted_pages * pool.layout.page_bytes)

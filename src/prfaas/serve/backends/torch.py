@@ -379,6 +379,7 @@ def disk_tier_config(spec: DiskTierSpec | None) -> DiskTierConfig | None:
     """The engine's disk tier from the deployment file's instance entry (None: DRAM only)."""
     if spec is None:
         return None
+    assert spec.directory is not None  # config validation: a torch tier has one
     return DiskTierConfig(
         Path(spec.directory),
         spec.capacity_mib * 2**20,
