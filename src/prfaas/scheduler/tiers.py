@@ -18,8 +18,9 @@ weighed with that instance's prefill timing and tier read rate (`HitPricing`). T
 (`sim.runner`), the pool-aware hit model (`scheduler.hit_model`) and the live router
 (`serve.router.registry`, the rate each instance publishes in its `/info`) all call it, so a
 disk hit is weighed by one rule wherever a request is placed. The instance's side is
-`capped_request` (`sim.instances`, the hit model, the emulated backend's disk tier); the
-scenario files' tier settings are read by `lower_tier_of`.
+`allocate_weighed` (`capped_request`, then the allocation; `promotion_s` for the load) for
+`sim.instances`, the hit model and the emulated backend's disk tier; the scenario files' tier
+settings are read by `lower_tier_of`.
 """
 
 from __future__ import annotations
