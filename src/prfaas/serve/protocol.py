@@ -90,6 +90,9 @@ class InstanceInfo(_Body):
     # `vllm serve` does); else 16 tokens, as vLLM's completions. The router asks this, never
     # the deployment file's backend.
     chat_runs_to_context: bool = False
+    # The read rate of its disk tier in `timing`'s cache bytes per second of `timing`'s
+    # clock: what the router charges a hit on its disk (docs/kvcache.md). None: DRAM only.
+    disk_read_bytes_per_s: float | None = Field(default=None, gt=0)
 
 
 class CacheEventBody(_Body):

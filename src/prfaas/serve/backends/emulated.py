@@ -3,7 +3,8 @@
 It lets one small machine run a many-instance deployment of a 1T-model scenario with real
 processes, sockets, router and hybrid-pool bookkeeping (docs/architecture.md):
 
-    prefill  match the prompt in the pool (real `HybridPrefixCache`, bookkeeping only), sleep
+    prefill  match the prompt in the pool (real `HybridPrefixCache`, bookkeeping only; with
+             `disk_tier`, a hit's units on disk are read back first: `emulated_disk`), sleep
              profile.prefill_s(uncached) x time_factor in num_layers equal steps, and after each
              step hand over that layer's slice; the slices of one request add up to
              round(profile.cache_bytes(prompt) x byte_factor) bytes, split over layers by the
@@ -44,6 +45,7 @@ from prfaas.kvcache import (
     RequestId,
 )
 from prfaas.serve import protocol as p
+from prfaas.serve.backends.emulated_disk import EmulatedDisk
 from prfaas.serve.backends.interface import (
     BackendInfo,
     Finished,
@@ -131,11 +133,13 @@ class EmulatedBackend:
         self.script = (self.emulation.output_text or "").encode()
         self.name = spec.name
         self.max_batch_size = spec.max_batch_size
+        self.disk = EmulatedDisk(spec.disk_tier, self.emulation, self.profile)
         config = CacheConfig.for_model(
             self.model,
             block_tokens=deployment.block_tokens,
             capacity_bytes=spec.capacity_mib * 2**20,
             seed=deployment.hash_seed,
+            lower_tier=self.disk.tier,
         )
         self.pool = HybridPrefixCache(config, InstanceId(spec.name))
         self.info = BackendInfo(
@@ -151,6 +155,7 @@ class EmulatedBackend:
                 self.scaled_kv_bytes,
             ),
             vocab_size=VOCAB_SIZE,
+            disk_read_bytes_per_s=self.disk.published_read_bytes_per_s,
         )
         self.num_waiting = 0
         self.num_running = 0
@@ -242,7 +247,7 @@ class EmulatedBackend:
     async def _prefill(self, job: _Prefill) -> None:
         n = len(job.tokens)
         request = self._request(job.request_id, job.tokens, 0, imported=False)
-        allocation = self.pool.allocate(request)
+        allocation, load_s = self.disk.allocate(self.pool, request)
         if isinstance(allocation, OutOfPages):
             job.out.put_nowait(PrefillDone(None, 0))
             return
@@ -252,7 +257,7 @@ class EmulatedBackend:
             sizes = layer_bytes(self.model, n, self.scaled_kv_bytes(n))
             step_s = self.profile.prefill_s(n - hit) * self.emulation.time_factor / len(sizes)
             loop = asyncio.get_running_loop()
-            started_s = loop.time()
+            started_s = loop.time() + load_s  # the hit's units read back from disk first
             for layer, (group, nbytes) in enumerate(sizes):
                 await _sleep_until(loop, started_s + (layer + 1) * step_s)
                 if job.request_id not in self._prefill_ids:

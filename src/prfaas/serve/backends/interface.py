@@ -99,6 +99,7 @@ class BackendInfo:
     vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
     computes_logprobs: bool = False  # its engine reports token logprobs (torch)
     chat_runs_to_context: bool = False  # a chat without max_tokens runs to the context (vLLM)
+    disk_read_bytes_per_s: float | None = None  # its disk tier's, in `timing`'s units (None: none)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

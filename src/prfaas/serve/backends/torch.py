@@ -379,6 +379,7 @@ def disk_tier_config(spec: DiskTierSpec | None) -> DiskTierConfig | None:
     """The engine's disk tier from the deployment file's instance entry (None: DRAM only)."""
     if spec is None:
         return None
+    assert spec.directory is not None  # config validation: a torch tier has one
     return DiskTierConfig(
         Path(spec.directory),
         spec.capacity_mib * 2**20,
@@ -405,6 +406,7 @@ class TorchBackend(EngineWorker):
         )
         super().__init__(engine)
         layout = engine.paged.config.layout
+        disk = engine.paged.config.lower_tier
         num_attention = sum(1 for k in layout.group_kinds if k.value == "attention")
         self.info = BackendInfo(
             max_context_tokens=model.max_context_tokens,
@@ -416,6 +418,8 @@ class TorchBackend(EngineWorker):
             ),
             vocab_size=int(model.hf_config.vocab_size),
             computes_logprobs=True,
+            # real bytes per wall second, as its linear timing counts them
+            disk_read_bytes_per_s=disk.read_bytes_per_s if disk is not None else None,
         )
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:

@@ -27,7 +27,10 @@ stage.
 
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
-engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit).
+engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit), and weighs the
+part of it on an instance's disk by the time to read it back against recomputing it, with the
+simulator's rule (`scheduler.tiers.weighed_hits`, the instance's published timing and disk
+read rate).
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ from pydantic import BaseModel
 from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
+from prfaas.scheduler.tiers import HitPricing, weighed_hits
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
+from prfaas.serve.profile import published_profile
 from prfaas.serve.router.breaker import FailureBreaker
 from prfaas.serve.router.overload import LoopWatch
 
@@ -281,7 +286,14 @@ class Registry:
         hashes = scheme.hash_tokens(list(token_ids[:-1]))
         max_hit = (len(token_ids) - 1) // scheme.block_tokens
         match = self.index.match(hashes, max_hit)
-        return {i: blocks * scheme.block_tokens for i, blocks in match.per_instance.items()}
+        return weighed_hits(match, scheme.block_tokens, len(token_ids), self._pricing)
+
+    def _pricing(self, instance_id: InstanceId) -> HitPricing:
+        """What a hit on `instance_id`'s disk costs: its published prefill timing and the
+        read rate of its disk tier (`InstanceInfo.disk_read_bytes_per_s`)."""
+        info = self.instances[instance_id].info
+        assert info is not None  # the index holds only registered instances
+        return HitPricing(published_profile(info.timing, info), info.disk_read_bytes_per_s)
 
     def indexed_blocks(self, name: str) -> int:
         """Block entries (all groups) the global index holds for instance `name`."""
