@@ -62,7 +62,7 @@ def test_killing_a_replica_fails_only_what_it_held(tmp_path: Path) -> None:
         running(bed, tmp_path, replicas=3) as deployed,
         bed_client(deployed, threads=WORKERS + 1) as client,
     ):
-        url = start_balancer(deployed, client, tmp_path)
+        url = start_balancer(deployed, tmp_path)
         outcomes: list[Outcome] = []
         lock = threading.Lock()
         workers = [client.submit(_worker, client, url, n, outcomes, lock) for n in range(WORKERS)]

@@ -4,9 +4,7 @@ client that lives in the bed's `client` host."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -16,7 +14,6 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from prfaas.deploy.balancer import ROUTER_HEADER, haproxy_config
 from prfaas.deploy.bed_deployment import BedDeployment, deploy_on_bed
 from prfaas.deploy.testbed import Testbed, WanSpec, open_testbed, unavailable_reason
 
@@ -114,25 +111,6 @@ def needs_haproxy() -> str:
     return path
 
 
-BALANCER_PORT = 8080
-
-
-def start_balancer(deployed: BedDeployment, client: BedClient, work: Path) -> str:
-    """HAProxy (`deploy.balancer`) on the `lb` host in front of every router replica; its
-    URL, once a round of `/health` calls through it has reached every replica."""
-    haproxy = needs_haproxy()
-    routers = [(r, deployed.hosts[r].address, 8000) for r in deployed.routers]
-    config = work / "haproxy.cfg"
-    config.write_text(haproxy_config(routers, port=BALANCER_PORT))
-    deployed.bed.start(deployed.hosts["lb"], [haproxy, "-f", str(config), "-db"], {})
-    url = f"http://{deployed.hosts['lb'].address}:{BALANCER_PORT}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    seen: set[str] = set()
-    while seen != set(deployed.routers):
-        assert time.monotonic() < deadline, f"HAProxy reached only {sorted(seen)}"
-        with contextlib.suppress(httpx.HTTPError):
-            answer = client.call(client.http.get, url + "/health")
-            if answer.status_code == 200:
-                seen.add(answer.headers[ROUTER_HEADER])
-        time.sleep(0.1)
-    return url
+def start_balancer(deployed: BedDeployment, work: Path) -> str:
+    """HAProxy in front of every router replica (`BedDeployment.start_balancer`)."""
+    return deployed.start_balancer(needs_haproxy(), work, START_TIMEOUT_S)

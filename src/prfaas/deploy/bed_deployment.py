@@ -11,6 +11,8 @@
            pod started in its host with `ip netns exec` and exactly its container's
            environment
         4. `wait_ready`: every pod answers its rendered readiness probe
+        5. `start_balancer`: HAProxy (`deploy.balancer`) on the `lb` host in front of
+           the router replicas
 
 The description's cluster names are the deployment's `cluster` fields; the bed has two
 datacenters, so a deployment here has two clusters (`DATACENTERS`).
@@ -25,11 +27,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from prfaas.deploy.balancer import ROUTER_HEADER, haproxy_config
 from prfaas.deploy.layout import ROUTER_PORT
 from prfaas.deploy.pods import PodProcess, pod_file, pod_processes
 from prfaas.deploy.testbed import Host, Testbed
@@ -40,6 +44,7 @@ DATACENTERS = {"prfaas": 0, "pd": 1}
 HTTP_PORT = 8001
 TRANSFER_PORT = 9001
 PROBE_TIMEOUT_S = 1.0
+BALANCER_PORT = 8080
 
 
 @dataclass(slots=True)
@@ -77,19 +82,24 @@ class BedDeployment:
 
     def _is_ready(self, pod: PodProcess) -> bool:
         path, port = pod.readiness
-        return self.get_status(f"http://{self.hosts[pod.pod].address}:{port}{path}") == 200
+        return self.get(f"http://{self.hosts[pod.pod].address}:{port}{path}")[0] == 200
 
     def get_status(self, url: str) -> int | None:
         """The status of `GET url` from the `client` host (None: no answer)."""
-        answer: list[int | None] = [None]
+        return self.get(url)[0]
+
+    def get(self, url: str) -> tuple[int | None, dict[str, str]]:
+        """The status and headers (names in lower case) of `GET url` from the `client`
+        host (None: no answer)."""
+        answer: list[tuple[int | None, dict[str, str]]] = [(None, {})]
 
         def get() -> None:
             self.bed.enter(self.hosts["client"])
             try:
                 with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
-                    answer[0] = response.status
+                    answer[0] = (response.status, _lower(response.headers.items()))
             except urllib.error.HTTPError as err:
-                answer[0] = err.code
+                answer[0] = (err.code, _lower(err.headers.items()))
             except OSError:
                 pass
 
@@ -97,6 +107,30 @@ class BedDeployment:
         thread.start()
         thread.join()
         return answer[0]
+
+    def start_balancer(self, haproxy: str, work: Path, timeout_s: float) -> str:
+        """HAProxy on the `lb` host in front of every router replica; its URL, once a round
+        of `/health` calls through it has reached every replica."""
+        routers = [(r, self.hosts[r].address, ROUTER_PORT) for r in self.routers]
+        config = work / "haproxy.cfg"
+        config.write_text(haproxy_config(routers, port=BALANCER_PORT))
+        lb = self.hosts["lb"]
+        self.processes["lb"] = self.bed.start(lb, [haproxy, "-f", str(config), "-db"], {})
+        url = f"http://{lb.address}:{BALANCER_PORT}"
+        deadline = time.monotonic() + timeout_s
+        seen: set[str] = set()
+        while seen != set(self.routers):
+            if time.monotonic() > deadline or self.processes["lb"].poll() is not None:
+                raise LinkEmulationError(f"HAProxy reached only {sorted(seen)}")
+            status, headers = self.get(url + "/health")
+            if status == 200:
+                seen.add(headers[ROUTER_HEADER.lower()])
+            time.sleep(0.1)
+        return url
+
+
+def _lower(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers}
 
 
 def _description(deployment_file: Path, addresses: dict[str, dict[str, str]], replicas: int) -> str:
