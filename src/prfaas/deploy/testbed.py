@@ -106,7 +106,6 @@ class Testbed:
         self._namespaces: list[str] = []
         self._inodes: set[int] = set()  # the namespaces' identities, outliving their names
         self._delay_line: DelayLine | None = None
-        self._is_cut = False
 
     # --- building ---------------------------------------------------------------------------
 
@@ -236,11 +235,9 @@ class Testbed:
         for dc in (0, 1):
             other = f"{self.subnet(1 - dc)}.0/24"
             _run("ip", "-n", self.gateway(dc), "route", "replace", "blackhole", other)
-        self._is_cut = True
 
     def restore_wan(self) -> None:
         self._route_wan()
-        self._is_cut = False
 
     # --- tearing down -----------------------------------------------------------------------
 
