@@ -8,9 +8,12 @@ on the way out that nothing of it is left (`testbed_helpers.bed_or_skip`)."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from testbed_helpers import (
@@ -23,12 +26,14 @@ from testbed_helpers import (
     running,
 )
 
+from prfaas.deploy import testbed
 from prfaas.deploy.bed_deployment import BedDeployment
 from prfaas.deploy.testbed import open_testbed, unavailable_reason
 from prfaas.serve.backends.emulated import EmulatedBackend, output_token
 from prfaas.serve.config.deployment import load_deployment
 
 pytestmark = pytest.mark.e2e
+T = TypeVar("T")
 MAX_TOKENS = 8
 
 
@@ -132,3 +137,44 @@ def _until(
         answers.append(ask(n))
         n += 1
     return answers
+
+
+def test_the_wan_is_cut_silently_and_comes_back(tmp_path: Path) -> None:
+    """A connection across the WAN: made; during a cut it times out (nothing answers,
+    nothing refuses); restored, made again; a killed delay line cuts the return path and
+    `restore_wan` brings it back too."""
+    if (reason := unavailable_reason(WAN)) is not None:
+        pytest.skip(reason)
+    with open_testbed(WAN, tmp_path) as bed:
+        near, far = bed.add_host("near", 1), bed.add_host("far", 0)
+        listener = _in(bed, far, lambda: socket.create_server((far.address, 0)))
+        port = listener.getsockname()[1]
+
+        def connect() -> str:
+            try:
+                _in(bed, near, lambda: socket.create_connection((far.address, port), 1.0)).close()
+            except TimeoutError:
+                return "timed out"
+            except OSError as err:
+                return err.strerror or "failed"
+            return "connected"
+
+        assert connect() == "connected"
+        bed.cut_wan()
+        assert connect() == "timed out"  # silent: no refusal, no ICMP
+        bed.restore_wan()
+        assert connect() == "connected"
+        assert bed.delay_line is not None
+        bed.delay_line.process.kill()
+        bed.delay_line.process.wait()
+        assert connect() != "connected"
+        bed.restore_wan()
+        assert connect() == "connected"
+        listener.close()
+    assert bed.leftovers() == []
+
+
+def _in(bed: testbed.Testbed, host: testbed.Host, work: Callable[[], T]) -> T:
+    """`work()` on a thread inside `host` (its sockets are made there)."""
+    with ThreadPoolExecutor(1, initializer=bed.enter, initargs=(host,)) as pool:
+        return pool.submit(work).result()

@@ -13,7 +13,8 @@ over the WAN: a veth pair with tbf at the WAN rate on both ends, and the round t
 user space the way the transfer benchmarks add it (`transfer.linkemu`'s return-path delay
 line: data crosses the veth at the shaped rate, the return path is held for the whole RTT).
 `cut_wan` makes both gateways drop everything for the other side (blackhole routes: a
-silent cut, nothing is refused) and `restore_wan` puts the routes back.
+silent cut, nothing is refused) and `restore_wan` puts the routes back (and restarts the
+delay line if it was killed: without it the return path is gone, a cut too).
 
 Processes run in a host with `ip netns exec` (`start`), which also mounts the host's own
 /etc/hosts (written by `resolve`: the names the cluster DNS would answer). A thread of the
@@ -237,7 +238,15 @@ class Testbed:
             _run("ip", "-n", self.gateway(dc), "route", "replace", "blackhole", other)
 
     def restore_wan(self) -> None:
+        """The WAN as built: the routes, and the delay line restarted if it died (its TUN
+        devices, and the return path's route, go with it)."""
+        if self._delay_line is not None and self._delay_line.process.poll() is not None:
+            self._delay_line.restart()
         self._route_wan()
+
+    @property
+    def delay_line(self) -> DelayLine | None:
+        return self._delay_line
 
     # --- tearing down -----------------------------------------------------------------------
 
