@@ -6,6 +6,10 @@ the router's limits: `serve.edge.guard`, `serve.auth.control`), and serves it wi
 SIGINT/SIGTERM; the app's lifespan is the runtime's (`serve.instance.runtime.running`). Errors map
 to the OpenAI-style JSON of `serve.errors`; a transfer failure is 503 when the decode side
 lacked room, 502 otherwise.
+
+One call is unsigned: `GET /health` answers 200 `{"status": "ok"}` once the instance serves
+(it listens only after its model is loaded and its runtime started), for the kubelet's probes
+and load balancers, which cannot sign. It says nothing else and reads no body.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlGate
@@ -74,6 +79,27 @@ def _transfer_failure(err: TransferError) -> ServeError:
     return InstanceFailedError(f"KV transfer failed: {err}")
 
 
+HEALTH_PATH = "/health"
+_HEALTHY = b'{"status":"ok"}'
+
+
+class _UnsignedHealth:
+    """Answers `GET /health` before the signature check (outermost middleware): a probe
+    that cannot sign still learns that the instance serves; every other call is signed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != HEALTH_PATH or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        length = str(len(_HEALTHY)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": _HEALTHY})
+
+
 def build_app(rt: InstanceRuntime) -> FastAPI:
     """The control API of instance `rt` (the routes in `serve.instance.runtime`'s docstring)."""
 
@@ -88,6 +114,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     app.add_middleware(
         EdgeGuard, max_body_bytes=edge.max_body_bytes, body_timeout_s=edge.body_timeout_s, gate=gate
     )
+    app.add_middleware(_UnsignedHealth)  # added last: outermost, before the signature check
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:

@@ -14,7 +14,8 @@ or that waited for a pooled connection proves nothing about the instance. Polls 
 use a client of their own (`client`), so request traffic never starves them of connections.
 An instance's own failures (5xx answers while it answers its polls: an engine that died) do
 mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
-`request_served`), and a request is never placed again on an instance that failed it
+`request_served`; failures while it is marked down are its unreachability, which the polls
+track, and are not counted), and a request is never placed again on an instance that failed it
 (`view(now_s, excluded)`).
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
@@ -212,8 +213,13 @@ class Registry:
         return False
 
     def request_failed(self, name: str) -> None:
-        """A request failed on `name` by the instance's own fault (`serve.router.breaker`)."""
-        self.instances[name].breaker.failed(time.monotonic())
+        """A request failed on `name` by the instance's own fault (`serve.router.breaker`).
+        Not counted while `name` is marked down (its polls fail: unreachable, e.g. behind a
+        cut WAN): the calls that were in flight when it went silent fail then, and counting
+        them would keep it out for a cooldown after its polls bring it back."""
+        inst = self.instances[name]
+        if inst.is_healthy:
+            inst.breaker.failed(time.monotonic())
 
     def request_served(self, *names: str) -> None:
         """A request completed on these instances: their failure counts start again."""
