@@ -17,7 +17,7 @@ Every backend has the verbs of `InstanceBackend`. What only some can do is decla
 discovered: each states its `Capabilities` (in `BackendInfo`, reported in `/info`), and the
 instance shell asks that value before it calls an optional verb (`cached_prefix`,
 `prefix_mover`, `own_kv_links` below: a typed `UnsupportedVerbError` when the capability
-says no; `tests/serve/test_backend_capabilities.py` holds each backend to its word).
+says no; `tests/serve/test_backend_interface.py` holds each backend to its word).
 
 Lifecycle: `build_backend` at process start (imports torch only for the torch backend),
 `start()` once the event loop runs, `stop()` at shutdown.
