@@ -6,7 +6,7 @@ torch backend's are checked in test_e2e.py, the vLLM one's in test_vllm_arch.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -45,30 +45,32 @@ def test_every_emulated_instance_reports_its_capabilities(launcher: Launcher) ->
         assert said == p.CapabilitiesBody()  # all false: shell-shipped KV, nothing optional
 
 
+def _move(launcher: Launcher) -> dict[str, Any]:
+    """A cache move to a transfer endpoint the deployment names (any other is refused first)."""
+    target = launcher.deployment.instance("prfaas-0")
+    return {
+        "move_id": "m-0",
+        "token_ids": PROMPT,
+        "max_tokens": 128,
+        "target_transfer_host": target.host,
+        "target_transfer_port": target.transfer_port,
+    }
+
+
 @pytest.mark.parametrize(
     ("name", "path", "body"),
     [
-        ("pdd-0", "/cached", {"token_ids": PROMPT}),
-        (
-            "pdp-0",
-            "/prefix/send",
-            {
-                "move_id": "m-0",
-                "token_ids": PROMPT,
-                "max_tokens": 128,
-                "target_transfer_host": "127.0.0.1",
-                "target_transfer_port": 1,
-            },
-        ),
-        ("prfaas-0", "/prefix/import", {"move_id": "m-1", "token_ids": PROMPT}),
+        ("pdd-0", "/cached", lambda _: {"token_ids": PROMPT}),
+        ("pdp-0", "/prefix/send", _move),
+        ("prfaas-0", "/prefix/import", lambda _: {"move_id": "m-1", "token_ids": PROMPT}),
     ],
 )
 def test_a_verb_the_backend_lacks_is_a_typed_400(
-    launcher: Launcher, name: str, path: str, body: dict[str, Any]
+    launcher: Launcher, name: str, path: str, body: Callable[[Launcher], dict[str, Any]]
 ) -> None:
     """Answered at once, before the backend is asked: `/prefix/import` waits for no move
     (it would wait out its arrival timeout), `/cached` says no instead of a made-up 0."""
-    answer = _call(launcher, name, path, body)
+    answer = _call(launcher, name, path, body(launcher))
     assert answer.status_code == 400
     error = answer.json()["error"]
     assert error["type"] == "invalid_request_error"

@@ -381,10 +381,10 @@ def transfer_peer(rt: InstanceRuntime, host: str, port: int) -> PeerAddress:
 async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.PrefixSendResult:
     """Export the pool's restorable prefix of the prompt and ship it to the target (the
     PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`; a
-    backend that `ships_own_kv` sends it itself). 400 `unsupported_by_backend` when the
-    backend does not `moves_prefixes`."""
-    mover = prefix_mover(rt.backend)
+    backend that `ships_own_kv` sends it itself). 400 for a target the deployment does not
+    name, then 400 `unsupported_by_backend` when the backend does not `moves_prefixes`."""
     peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
+    mover = prefix_mover(rt.backend)
     rt.activity.prefill_started()  # the pool is read: keep a flip waiting
     try:
         shipment = await mover.export_prefix(asyncio.get_running_loop(), body)
