@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlGate
-from prfaas.serve.backends.interface import CachedPrefixReporter, InstanceBackend, RendersChat
+from prfaas.serve.backends.interface import cached_prefix
 from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.edge.guard import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
@@ -49,23 +49,6 @@ from prfaas.serve.instance.runtime import (
 from prfaas.serve.instance.state import instance_state
 from prfaas.transfer import TransferError
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
-
-
-def _encode_chat(backend: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
-    """The chat's prompt ids: the engine's chat template, else a plain transcript (which
-    has none of the template's switches to honour)."""
-    if isinstance(backend, RendersChat):
-        return backend.encode_chat(chat)
-    asked = chat.switches_asked
-    if asked:
-        err = BadRequestError(
-            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
-            "a plain transcript (docs/serving.md)",
-            param=asked[0],
-        )
-        err.code = "unsupported_parameter"
-        raise err
-    return backend.encode(p.transcript(chat.messages))
 
 
 def _error(err: ServeError) -> JSONResponse:
@@ -145,7 +128,7 @@ def _add_engine_routes(app: FastAPI, rt: InstanceRuntime) -> None:
         if body.chat is None:
             ids = rt.backend.encode(body.text, add_special_tokens=body.add_special_tokens)
         else:
-            ids = _encode_chat(rt.backend, body.chat)
+            ids = rt.backend.encode_chat(body.chat)
         return p.TokenizeResult(token_ids=ids)
 
     @app.post("/detokenize")
@@ -178,11 +161,11 @@ def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
 
     @app.post("/cached")
     async def cached(body: p.TokenizeResult) -> p.CachedResult:
-        """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not isinstance(rt.backend, CachedPrefixReporter):
-            return p.CachedResult(tokens=0)
+        """Prompt tokens whose attention KV this pool holds (400 `unsupported_by_backend` for
+        a backend that cannot say: its `/info` capabilities do not `reports_cached_prefix`)."""
+        holder = cached_prefix(rt.backend)
         loop = asyncio.get_running_loop()
-        return p.CachedResult(tokens=await rt.backend.cached_prefix_tokens(loop, body.token_ids))
+        return p.CachedResult(tokens=await holder.cached_prefix_tokens(loop, body.token_ids))
 
     @app.post("/prefix/send")
     async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:

@@ -325,13 +325,13 @@ class Registry:
         """Whether every instance's engine reports token logprobs (one backend per
         deployment: torch does, emulated and vllm do not)."""
         infos = [i.info for i in self.healthy() if i.info is not None]
-        return bool(infos) and all(info.computes_logprobs for info in infos)
+        return bool(infos) and all(info.capabilities.computes_logprobs for info in infos)
 
     def chat_runs_to_context(self) -> bool:
         """Whether the instances' engines run a chat without max_tokens to the end of the
-        context (`InstanceInfo.chat_runs_to_context`: the vllm backend's, as `vllm serve`)."""
+        context (`InstanceInfo.capabilities`: the vllm backend's, as `vllm serve`)."""
         infos = [i.info for i in self.healthy() if i.info is not None]
-        return bool(infos) and all(info.chat_runs_to_context for info in infos)
+        return bool(infos) and all(info.capabilities.chat_runs_to_context for info in infos)
 
     def max_context_tokens(self) -> int | None:
         """The served model's context, as every instance that registered reported it (it is
