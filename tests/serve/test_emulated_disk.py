@@ -27,7 +27,7 @@ from prfaas.serve.config.deployment import (
     load_deployment,
 )
 from prfaas.serve.errors import DeploymentError
-from prfaas.serve.protocol import Sampling
+from prfaas.serve.protocol import PrefillRequest, Sampling
 
 BLOCK = 512
 TIME_FACTOR = 1e-4
@@ -61,7 +61,14 @@ def _backend(read_mib_per_s: float) -> EmulatedBackend:
 
 
 async def _prefill(backend: EmulatedBackend, request_id: str, tokens: list[int]) -> int:
-    out = backend.export(asyncio.get_running_loop(), request_id, tokens, SAMPLING)
+    body = PrefillRequest(
+        request_id=request_id,
+        token_ids=tokens,
+        sampling=SAMPLING,
+        decode_transfer_host="127.0.0.1",
+        decode_transfer_port=1,
+    )
+    out = backend.prefill(asyncio.get_running_loop(), body)
     while True:
         item = await out.get()
         if isinstance(item, BaseException):
