@@ -8,7 +8,10 @@
     POST /detokenize  TokenizeResult   ->    DetokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
-    POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy)
+    POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy, or
+                                             for an epoch below the lease's: fencing)
+    POST /lease       LeaseRequest     ->    LeaseAnswer (the slow-loop lease: granted or not)
+    POST /lease/release LeaseRequest   ->    LeaseAnswer (the holder gives its grant up)
     POST /cancel      CancelRequest    ->    CancelResult (drop a request's prefill call, KV
                                              and engine work: it ended without its decode)
     POST /cached      TokenizeResult   ->    CachedResult (decode: attention KV it holds)
@@ -144,6 +147,7 @@ class InstanceState(_Body):
     active_decodes: int = 0
     resources: ResourcesBody = ResourcesBody()
     link_up: bool | None = None
+    lease: LeaseAnswer | None = None
 
 
 class CancelRequest(_Body):
@@ -160,9 +164,43 @@ class CancelResult(_Body):
 
 
 class RoleRequest(_Body):
-    """Switch a drained PD instance to `role` (`pd-prefill` or `pd-decode`)."""
+    """Switch a drained PD instance to `role` (`pd-prefill` or `pd-decode`); `epoch` is the
+    slow-loop lease's of the router that asks (`serve.instance.lease`: an epoch below the
+    highest the instance granted, or none once it granted one, is refused: 409 stale_epoch)."""
 
     role: str
+    epoch: int | None = Field(default=None, ge=1)
+
+
+class LeaseRequest(_Body):
+    """A router replica asks for (or renews, or gives up) the slow-loop lease at `epoch`
+    for `term_s` seconds of the instance's clock (`serve.instance.lease`)."""
+
+    holder: str = Field(min_length=1, max_length=200)
+    epoch: int = Field(ge=1)
+    term_s: float = Field(default=6.0, gt=0.0, le=60.0)
+
+
+class RoleSwitchBody(_Body):
+    """One role switch the instance made, with the lease epoch it was asked under."""
+
+    epoch: int | None
+    from_role: str
+    to_role: str
+    t_s: float  # the instance's monotonic clock
+
+
+class LeaseAnswer(_Body):
+    """The instance's lease now: `granted` whether the request that got this answer was
+    granted; `holder` the live grant's holder (None: none live); `epoch` the highest epoch
+    it ever granted (0: none); `remaining_s` of the live grant; `switches` its last role
+    switches (fenced by epoch)."""
+
+    granted: bool = False
+    holder: str | None = None
+    epoch: int = 0
+    remaining_s: float = 0.0
+    switches: list[RoleSwitchBody] = []
 
 
 class ChatTurn(_Body):

@@ -83,6 +83,7 @@ from prfaas.serve.errors import (
     ServeError,
 )
 from prfaas.serve.instance.kv_claims import KvClaims
+from prfaas.serve.instance.lease import LeaseBook
 from prfaas.serve.instance.running_calls import RunningCalls
 from prfaas.serve.instance.stream_text import StreamedText
 from prfaas.serve.json_lines import json_line
@@ -153,6 +154,7 @@ class InstanceRuntime:
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
     link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kv_shipping)
     activity: Activity = field(default_factory=Activity)
+    lease: LeaseBook = field(default_factory=LeaseBook)  # slow-loop lease grants, fencing
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 
 
@@ -453,7 +455,9 @@ async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.P
 
 
 def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
-    """A PD instance's new role; only while no prefill or decode call is in progress."""
+    """A PD instance's new role; only while no prefill or decode call is in progress, and
+    only under the newest slow-loop lease epoch it granted (`serve.instance.lease`)."""
+    rt.lease.check_epoch(body.epoch)
     try:
         role = InstanceRole(body.role)
     except ValueError:
@@ -467,6 +471,7 @@ def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
         raise ConflictError(
             f"instance {rt.spec.name} is busy ({a.prefills} prefills, {a.decodes} decodes)"
         )
+    rt.lease.switched(body.epoch, rt.spec.role.value, role.value)
     rt.spec = rt.spec.model_copy(update={"role": role})
     rt.info = rt.info.model_copy(update={"role": role.value})
     return rt.info

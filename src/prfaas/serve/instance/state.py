@@ -61,6 +61,7 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
             for link in _link_signals(rt)
         ],
         resources=resources(rt),
+        lease=rt.lease.answer(rt.lease.clock()),
     )
 
 

@@ -72,6 +72,7 @@ from prfaas.serve.errors import (
 from prfaas.serve.json_lines import split_lines
 from prfaas.serve.router.admission import route_admitted
 from prfaas.serve.router.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
+from prfaas.serve.router.lease import LeaseKeeper
 from prfaas.serve.router.live_scheduler import build_scheduler
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.rebalance import SlowLoop
@@ -99,12 +100,14 @@ class RouterRuntime:
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
     )
     slow_loop: SlowLoop = field(init=False)
+    lease: LeaseKeeper = field(init=False)  # who runs the slow loop (serve.router.lease)
     moves: SingleFlight[MoveKey, dict[str, Any]] = field(default_factory=SingleFlight)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # `/cancel` calls
     _scheduler: GlobalScheduler | None = None
 
     def __post_init__(self) -> None:
         self.slow_loop = SlowLoop(self.deployment.rebalance)
+        self.lease = LeaseKeeper(self.deployment, self.metrics.registry)
 
     def now_s(self) -> float:
         return time.monotonic() - self.started_s

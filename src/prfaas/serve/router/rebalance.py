@@ -41,7 +41,13 @@ from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import InstanceRole, RebalanceSpec
-from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
+from prfaas.serve.errors import (
+    BadRequestError,
+    ConflictError,
+    ServeError,
+    StaleEpochError,
+    from_response,
+)
 from prfaas.serve.profile import LiveProfile
 
 if TYPE_CHECKING:
@@ -85,11 +91,14 @@ class SlowLoop:
     # --- the periodic step -------------------------------------------------------------------
 
     async def run(self, rt: RouterRuntime) -> None:
-        """Step every `period_s` (never when disabled); one failed step never stops the loop."""
+        """Step every `period_s` while this replica holds the slow-loop lease
+        (`serve.router.lease`; never when disabled); one failed step never stops the loop."""
         if not self.spec.enabled:
             return
         while True:
             await asyncio.sleep(self.spec.period_s)
+            if not rt.lease.is_held:
+                continue
             try:
                 self.step(rt)
             except Exception as err:  # reported in /admin/state; the loop goes on
@@ -155,7 +164,9 @@ class SlowLoop:
     def request_flip(
         self, rt: RouterRuntime, name: str, to_role: InstanceRole, *, trigger: str
     ) -> dict[str, Any]:
-        """Start draining `name` for `to_role` (returns at once; the flip runs as a task)."""
+        """Start draining `name` for `to_role` (returns at once; the flip runs as a task);
+        409 when this replica does not hold the slow-loop lease."""
+        rt.lease.fence()
         inst = rt.registry.instances.get(name)
         if inst is None:
             raise BadRequestError(f"no instance named {name!r}")
@@ -194,8 +205,9 @@ class SlowLoop:
             while True:
                 if not inst.is_healthy:
                     raise ConflictError("the instance failed while draining")
+                epoch = rt.lease.fence()  # a lease lost while draining abandons the flip
                 if inst.inflight == 0 and inst.active_calls == 0:
-                    info = await self._switch(rt, inst, to_role)
+                    info = await self._switch(rt, inst, to_role, epoch)
                     if info is not None:
                         break
                 if time.monotonic() > deadline:
@@ -213,16 +225,20 @@ class SlowLoop:
             inst.is_draining, inst.flip_to = False, None
 
     async def _switch(
-        self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole
+        self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole, epoch: int | None
     ) -> p.InstanceInfo | None:
-        """Ask the instance to switch; None when it is still busy (409: try again later)."""
-        body = p.RoleRequest(role=to_role.value)
+        """Ask the instance to switch, under the lease's `epoch` (fencing: the instance
+        refuses a stale one); None when it is still busy (409: try again later)."""
+        body = p.RoleRequest(role=to_role.value, epoch=epoch)
         response = await rt.client.post(
             inst.spec.url + "/role",
             content=body.model_dump_json(),
             headers={"content-type": "application/json"},
         )
         if response.status_code == ConflictError.status_code:
+            refused = from_response(response.status_code, response.content)
+            if refused.code == StaleEpochError.code:
+                raise refused
             return None
         if response.status_code != 200:
             raise ConflictError(f"the instance refused: {response.text[:200]}")
