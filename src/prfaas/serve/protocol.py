@@ -127,12 +127,21 @@ class ResourcesBody(_Body):
     running_calls: int = 0
 
 
+class RouterLoadBody(_Body):
+    """What one router replica has running on an instance: the prefill seconds of its prefill
+    calls in progress (as that router estimated them) and its decode calls in progress."""
+
+    prefill_work_s: float = 0.0
+    decodes: int = 0
+
+
 class InstanceState(_Body):
     """Load and cache events. `role` is the instance's role now (a PD instance may have been
     flipped); `prefill_busy_s` the seconds since start with at least one prefill running (PD-P
     utilisation for the slow loop); `active_*` the prefill and decode calls in progress;
     `link_up` whether a PrfaaS instance's kernel-shaped link is there now (None: no such
-    link to watch)."""
+    link to watch); `load_by_router` the calls in progress by the router replica that placed
+    them (each replica counts the others' as load: `scheduler.load.DispatchLedger`)."""
 
     boot_id: str
     role: str | None = None
@@ -148,6 +157,7 @@ class InstanceState(_Body):
     resources: ResourcesBody = ResourcesBody()
     link_up: bool | None = None
     lease: LeaseAnswer | None = None
+    load_by_router: dict[str, RouterLoadBody] = {}
 
 
 class CancelRequest(_Body):
@@ -316,6 +326,8 @@ class PrefillRequest(_Body):
     decode_transfer_host: str
     decode_transfer_port: int
     from_token: int = 0
+    router: str = Field(default="", max_length=200)  # the replica that placed it
+    work_s: float = Field(default=0.0, ge=0.0)  # its prefill seconds, as that router counts
 
 
 class PrefillResult(_Body):
@@ -339,6 +351,7 @@ class DecodeRequest(_Body):
     first_token: int
     sampling: Sampling
     first_finish_reason: Literal["stop"] | None = None  # PrefillResult's
+    router: str = Field(default="", max_length=200)  # the replica that placed it
 
 
 class DecodeChunk(_Body):

@@ -107,7 +107,7 @@ class RouterRuntime:
 
     def __post_init__(self) -> None:
         self.slow_loop = SlowLoop(self.deployment.rebalance)
-        self.lease = LeaseKeeper(self.deployment, self.metrics.registry)
+        self.lease = LeaseKeeper(self.deployment, self.metrics.registry, self.registry.replica_id)
 
     def now_s(self) -> float:
         return time.monotonic() - self.started_s
@@ -118,6 +118,7 @@ class RouterRuntime:
         published timing)."""
         if self._scheduler is None:
             self._scheduler = build_scheduler(self.deployment, self.registry, self.can_move_cache)
+            self.registry.ledger = self._scheduler.ledger  # other replicas' load goes there
         return self._scheduler
 
     @property
@@ -451,6 +452,8 @@ async def _prefill(
         decode_transfer_host=decode.info.transfer_host,
         decode_transfer_port=decode.info.transfer_port,
         from_token=from_token,
+        router=rt.registry.replica_id,
+        work_s=rt.scheduler.ledger.prefill_estimate_s(decision.request_id),
     )
     try:
         response = await rt.client.post(
@@ -503,6 +506,7 @@ async def _decode(
         first_token=prefilled.first_token,
         sampling=sampling,
         first_finish_reason=prefilled.first_finish_reason,
+        router=rt.registry.replica_id,
     )
     timeout = httpx.Timeout(rt.deployment.router.request_timeout_s, connect=2.0)
     try:

@@ -120,8 +120,8 @@ class LeaseKeeper:
 
     deployment: Deployment
     metrics: CollectorRegistry
+    holder: str  # this replica (`Registry.replica_id`)
     clock: Callable[[], float] = time.monotonic
-    holder: str = field(default_factory=replica_id)
     claim: LeaseClaim = field(init=False)
     seen_holder: str | None = None  # the holder most instances named in the last round
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))

@@ -25,6 +25,14 @@ delay line died; long prompts then go to PD-P at once until it is back); `inflig
 the requests the router placed on it (prefill or decode stage) that have not finished that
 stage.
 
+Router replicas: each router process has its own `replica_id`, which it sends with every
+prefill and decode call; each instance reports its calls in progress by replica
+(`load_by_router` in `/state`), and every poll hands the other replicas' share to the
+scheduler's ledger (`DispatchLedger.set_foreign`), so routing and admission weigh the whole
+load on an instance, not only this router's. `inflight` stays this router's own count: it
+is what a flip's drain waits for on top of the instance's calls in progress (requests this
+router placed that have not yet called the instance).
+
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
 engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit).
@@ -45,11 +53,12 @@ from pydantic import BaseModel
 
 from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
-from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
+from prfaas.scheduler import ClusterView, DispatchLedger, InstanceView, LinkView, Role
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
 from prfaas.serve.router.breaker import FailureBreaker
+from prfaas.serve.router.lease import replica_id
 from prfaas.serve.router.overload import LoopWatch
 
 _Body = TypeVar("_Body", bound=BaseModel)
@@ -110,6 +119,8 @@ class Registry:
         self.index: GlobalKVCacheIndex | None = None
         self._client = client
         self.watch = watch if watch is not None else LoopWatch()
+        self.replica_id = replica_id()  # this router among replicas (serve.router.lease)
+        self.ledger: DispatchLedger | None = None  # the scheduler's, once it is built
 
     # --- polling ----------------------------------------------------------------------------
 
@@ -179,6 +190,13 @@ class Registry:
         inst.last_poll_s = now
         inst.prefill_busy_s = state.prefill_busy_s
         inst.active_calls = state.active_prefills + state.active_decodes
+        if self.ledger is not None:
+            others = [v for r, v in state.load_by_router.items() if r != self.replica_id]
+            self.ledger.set_foreign(
+                instance_id,
+                sum(v.prefill_work_s for v in others),
+                sum(v.decodes for v in others),
+            )
 
     async def _get(self, inst: LiveInstance, path: str, kind: type[_Body]) -> _Body:
         response = await self._client.get(inst.spec.url + path, timeout=2.0)
