@@ -3,19 +3,24 @@ claims over several books, as pure state machines with the clock passed in."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
+from prfaas.scheduler import GlobalScheduler, PrfaasPolicy, SchedulerConfig
 from prfaas.serve import protocol as p
-from prfaas.serve.config.deployment import InstanceRole, InstanceSpec
-from prfaas.serve.errors import StaleEpochError
+from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
+from prfaas.serve.errors import ConflictError, StaleEpochError
 from prfaas.serve.instance.lease import LeaseBook
 from prfaas.serve.instance.runtime import Activity, switch_role
-from prfaas.serve.router.lease import LeaseChange, LeaseClaim
+from prfaas.serve.profile import LiveProfile, PrefillTiming
+from prfaas.serve.router.lease import LeaseChange, LeaseClaim, LeaseKeeper
 
 
 class Clock:
@@ -45,6 +50,13 @@ def test_a_live_grant_excludes_others_until_it_expires() -> None:
     taken = _ask(book, "b", 2)
     assert (taken.granted, taken.holder, taken.epoch) == (True, "b", 2)
     assert not _ask(book, "a", 1).granted  # the old holder's renewal is stale now
+
+
+def test_only_a_granted_request_publishes_its_threshold() -> None:
+    book = LeaseBook(Clock())
+    book.request(p.LeaseRequest(holder="a", epoch=1, threshold_tokens=300))
+    book.request(p.LeaseRequest(holder="b", epoch=2, threshold_tokens=999))  # refused
+    assert book.answer(book.clock()).threshold_tokens == 300
 
 
 def test_a_released_grant_frees_the_instance_and_keeps_the_epoch() -> None:
@@ -156,3 +168,61 @@ def test_replicas_never_both_hold_and_epochs_only_rise(ops: list[Any]) -> None:
             until_s = cast(float, c.held_until_s)
             grants = [b.grant for b in books if b.grant is not None]
             assert sum(g.holder == c.holder and g.expires_s > until_s for g in grants) >= 2
+
+
+# --- two keepers over three instances' books, through the HTTP client they use -----------
+
+
+def _keepers(clock: Clock) -> tuple[LeaseKeeper, LeaseKeeper, httpx.AsyncClient]:
+    specs = tuple(
+        InstanceSpec(name=f"pdd-{i}", role=InstanceRole.PD_DECODE, cluster="pd", http_port=port)
+        for i, port in enumerate((8201, 8202, 8203))
+    )
+    deployment = Deployment(instances=specs)
+    books = {spec.http_port: LeaseBook(clock) for spec in specs}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        book = books[request.url.port or 80]
+        body = p.LeaseRequest.model_validate_json(request.content)
+        is_release = request.url.path == "/lease/release"
+        answer = book.release(body) if is_release else book.request(body)
+        return httpx.Response(200, content=answer.model_dump_json())
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    a = LeaseKeeper(deployment, CollectorRegistry(), "router-a", clock)
+    b = LeaseKeeper(deployment, CollectorRegistry(), "router-b", clock)
+    return a, b, client
+
+
+def test_keepers_share_one_lease_and_the_holders_threshold() -> None:
+    clock = Clock()
+
+    async def run() -> None:
+        a, b, client = _keepers(clock)
+        async with client:
+            assert await a.round(client, 500) is LeaseChange.ACQUIRED
+            assert await b.round(client, 128) is LeaseChange.NOT_HELD
+            assert a.fence() == 1 and b.published_threshold == 500 and b.seen_holder == "router-a"
+            with pytest.raises(ConflictError, match="does not hold the slow-loop lease"):
+                b.fence()
+            clock.now_s += 2.0
+            assert await a.round(client, 300) is LeaseChange.RENEWED
+            assert await b.round(client, 128) is LeaseChange.NOT_HELD
+            assert b.published_threshold == 300
+            clock.now_s += 6.5  # a stopped renewing (it died): its grants expire
+            assert not a.is_held
+            assert await b.round(client, 300) is LeaseChange.ACQUIRED
+            assert b.fence() == 2 and b.admin_view()["holder"] == "router-b"
+            assert await a.round(client, 500) is LeaseChange.NOT_HELD
+
+    asyncio.run(run())
+
+
+def test_a_replica_that_follows_routes_with_the_holders_t() -> None:
+    profile = LiveProfile(PrefillTiming.linear(1.0, 4096))
+    config = SchedulerConfig(None, profile, can_move_cache=False)
+    scheduler = GlobalScheduler(PrfaasPolicy(config), config, 96)
+    scheduler.follow(None)
+    assert scheduler.threshold_tokens == 96
+    scheduler.follow(300)
+    assert scheduler.threshold_tokens == 300

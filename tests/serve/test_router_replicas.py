@@ -139,7 +139,17 @@ def _flip(url: str, launcher: Launcher, name: str, role: str) -> httpx.Response:
 
 
 def _role_is(group: Replicas, name: str, role: str) -> bool:
-    return bool(group.instance_state(name)["role"] == role)
+    """The instance has `role`, and every live replica sees it so, with no drain left."""
+    if group.instance_state(name)["role"] != role:
+        return False
+    for i, url in enumerate(group.urls):
+        state = group.state(url) if group.alive(i) else None
+        if state is None:
+            continue
+        inst = next(x for x in state["instances"] if x["name"] == name)
+        if inst["role"] != role or inst["draining"]:
+            return False
+    return True
 
 
 def test_every_replica_serves_and_exactly_one_holds_the_lease(replicas: Replicas) -> None:

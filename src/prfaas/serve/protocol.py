@@ -189,6 +189,7 @@ class LeaseRequest(_Body):
     holder: str = Field(min_length=1, max_length=200)
     epoch: int = Field(ge=1)
     term_s: float = Field(default=6.0, gt=0.0, le=60.0)
+    threshold_tokens: int | None = Field(default=None, ge=0)  # the asker's t, kept if granted
 
 
 class RoleSwitchBody(_Body):
@@ -204,13 +205,15 @@ class LeaseAnswer(_Body):
     """The instance's lease now: `granted` whether the request that got this answer was
     granted; `holder` the live grant's holder (None: none live); `epoch` the highest epoch
     it ever granted (0: none); `remaining_s` of the live grant; `switches` its last role
-    switches (fenced by epoch)."""
+    switches (fenced by epoch); `threshold_tokens` the t its granted holder sent (the
+    other replicas route with it)."""
 
     granted: bool = False
     holder: str | None = None
     epoch: int = 0
     remaining_s: float = 0.0
     switches: list[RoleSwitchBody] = []
+    threshold_tokens: int | None = None  # t as the holder of `epoch` last published it
 
 
 class ChatTurn(_Body):

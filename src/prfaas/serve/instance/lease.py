@@ -18,8 +18,10 @@ while a majority of the instances it knows granted it. This module is one instan
 
 So one epoch goes to one holder on each instance, epochs only rise, and an action of a
 holder that lost the lease (a paused process, a late message) is refused wherever a newer
-holder was granted. A refusal is a normal answer (`granted: false`, with the holder and
-the highest epoch, so a candidate knows what to ask next), never an error. What each
+holder was granted. A granted request also leaves the holder's t (`threshold_tokens`),
+which the other replicas read back from their own rounds and route with. A refusal is a
+normal answer (`granted: false`, with the holder and the highest epoch, so a candidate
+knows what to ask next), never an error. What each
 instance granted is in `/state` `lease`. The book is lost when the instance restarts (its
 epoch starts at 0 again): the routers' epochs, taken above the highest any instance
 reports, stay above it.
@@ -52,6 +54,7 @@ class LeaseBook:
     clock: Callable[[], float] = time.monotonic
     epoch: int = 0  # the highest ever granted
     grant: Grant | None = None
+    threshold_tokens: int | None = None  # t as the holder last sent it with a granted request
     switches: deque[p.RoleSwitchBody] = field(default_factory=lambda: deque(maxlen=MAX_SWITCHES))
 
     def live(self, now_s: float) -> Grant | None:
@@ -75,6 +78,8 @@ class LeaseBook:
         if granted:
             self.epoch = body.epoch
             self.grant = Grant(body.holder, body.epoch, now_s + body.term_s)
+            if body.threshold_tokens is not None:
+                self.threshold_tokens = body.threshold_tokens
         return self.answer(now_s, granted=granted)
 
     def release(self, body: p.LeaseRequest) -> p.LeaseAnswer:
@@ -111,4 +116,5 @@ class LeaseBook:
             epoch=self.epoch,
             remaining_s=live.expires_s - now_s if live is not None else 0.0,
             switches=list(self.switches),
+            threshold_tokens=self.threshold_tokens,
         )

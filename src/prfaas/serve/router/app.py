@@ -189,7 +189,7 @@ def _lifespan(
             await registry.poll_once()
             tasks = [
                 asyncio.create_task(job)
-                for job in (watch.run(), registry.run(), rt.slow_loop.run(rt), rt.lease.run(client))
+                for job in (watch.run(), registry.run(), rt.slow_loop.run(rt), rt.lease.run(rt))
             ]
             try:
                 yield

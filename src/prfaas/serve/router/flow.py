@@ -121,6 +121,11 @@ class RouterRuntime:
             self.registry.ledger = self._scheduler.ledger  # other replicas' load goes there
         return self._scheduler
 
+    def follow(self, threshold_tokens: int | None) -> None:
+        """Route with the lease holder's t (this replica does not run the slow loop)."""
+        if self._scheduler is not None:
+            self._scheduler.follow(threshold_tokens)
+
     @property
     def can_move_cache(self) -> bool:
         """Whether the router carries out `CacheMove`s: `router.cache_moves` is on and every

@@ -21,6 +21,11 @@ paused process, a message that arrived late) cannot flip an instance that a newe
 majority covers. A candidate waits a random part of a round before asking, so three replicas
 that start together rarely split the vote.
 
+The threshold: the holder's t travels with its lease requests and each instance keeps the one
+its grant came with; every other replica routes with the t of the newest epoch its own round
+read back (`GlobalScheduler.follow`, which also drops the slow-loop window it will not use),
+so all replicas route with one t, within two rounds of a change.
+
 When the holder dies its grants expire after TERM_S; another replica asks within RENEW_S
 after, so the lease moves within about TERM_S + 2 x RENEW_S (10 s). With the slow loop off
 (`rebalance.enabled: false`) there is no lease and no slow loop; flips by hand
@@ -40,7 +45,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry, Gauge
@@ -49,6 +54,9 @@ from prometheus_client import Counter as PromCounter
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.errors import ConflictError
+
+if TYPE_CHECKING:
+    from prfaas.serve.router.flow import RouterRuntime
 
 TERM_S = 6.0
 RENEW_S = 2.0
@@ -124,6 +132,7 @@ class LeaseKeeper:
     clock: Callable[[], float] = time.monotonic
     claim: LeaseClaim = field(init=False)
     seen_holder: str | None = None  # the holder most instances named in the last round
+    published_threshold: int | None = None  # t of the newest epoch any instance reported
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_HISTORY))
     _changes: PromCounter = field(init=False)
 
@@ -159,13 +168,16 @@ class LeaseKeeper:
             )
         return self.claim.epoch
 
-    async def run(self, client: httpx.AsyncClient) -> None:
-        """A round every RENEW_S (a candidate waits a random part of one first)."""
+    async def run(self, rt: RouterRuntime) -> None:
+        """A round every RENEW_S (a candidate waits a random part of one first); a replica
+        that does not hold the lease then routes with the holder's t (`follow`)."""
         if not self.is_enabled:
             return
         while True:
             try:
-                await self.round(client)
+                await self.round(rt.client, rt.threshold_tokens)
+                if not self.is_held:
+                    rt.follow(self.published_threshold)
             except Exception:  # one bad round is logged; the next one decides again
                 log.exception("lease round failed")
             await asyncio.sleep(self.pause_s())
@@ -179,16 +191,26 @@ class LeaseKeeper:
             return RENEW_S * random.uniform(0.1, 0.4)
         return RENEW_S * random.uniform(0.5, 1.5)
 
-    async def round(self, client: httpx.AsyncClient) -> LeaseChange:
-        """Ask every instance once; settle; release what a lost candidacy won."""
+    async def round(
+        self, client: httpx.AsyncClient, threshold_tokens: int | None = None
+    ) -> LeaseChange:
+        """Ask every instance once (with our t, which a grant publishes); settle; release
+        what a lost candidacy won."""
         sent_s = self.clock()
         epoch = self.claim.next_epoch(sent_s)
-        body = p.LeaseRequest(holder=self.holder, epoch=epoch, term_s=self.claim.term_s)
+        body = p.LeaseRequest(
+            holder=self.holder,
+            epoch=epoch,
+            term_s=self.claim.term_s,
+            threshold_tokens=threshold_tokens,
+        )
         urls = [spec.url for spec in self.deployment.instances]
         answers = await asyncio.gather(*(_ask(client, url + "/lease", body) for url in urls))
         change = self.claim.settle(sent_s, epoch, answers, self.clock())
         holders = Counter(a.holder for a in answers if a is not None and a.holder)
         self.seen_holder = holders.most_common(1)[0][0] if holders else None
+        published = [(a.epoch, a.threshold_tokens) for a in answers if a and a.threshold_tokens]
+        self.published_threshold = max(published)[1] if published else None
         if change is LeaseChange.NOT_HELD:
             won = [url for url, a in zip(urls, answers, strict=True) if a and a.granted]
             await asyncio.gather(*(_ask(client, url + "/lease/release", body) for url in won))
@@ -216,6 +238,7 @@ class LeaseKeeper:
             "majority": self.claim.majority,
             "term_s": self.claim.term_s,
             "renew_s": RENEW_S,
+            "published_threshold_tokens": self.published_threshold,
             "history": list(self.history),
         }
 
