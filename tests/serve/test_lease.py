@@ -226,3 +226,17 @@ def test_a_replica_that_follows_routes_with_the_holders_t() -> None:
     assert scheduler.threshold_tokens == 96
     scheduler.follow(300)
     assert scheduler.threshold_tokens == 300
+
+
+def test_a_drain_is_fenced_reported_and_ends_at_the_switch_or_its_timeout() -> None:
+    book = LeaseBook(Clock())
+    _ask(book, "a", 2)
+    with pytest.raises(StaleEpochError):
+        book.drain(p.DrainRequest(epoch=1, timeout_s=30.0))
+    book.drain(p.DrainRequest(epoch=2, timeout_s=30.0))
+    assert book.is_draining(book.clock())
+    book.switched(2, "pd-decode", "pd-prefill")
+    assert not book.is_draining(book.clock())
+    book.drain(p.DrainRequest(epoch=2, timeout_s=30.0))
+    book.clock.now_s += 30.0  # the holder died mid-drain: it ends by itself
+    assert not book.is_draining(book.clock())

@@ -7,6 +7,7 @@ takes the lease (the hand-over time is printed, not asserted: every wait is a bo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 import yaml
 from serve_helpers import emulated_deployment
 
+from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
     RebalanceSpec,
@@ -205,6 +207,57 @@ def test_the_lease_moves_when_its_holder_is_killed(replicas: Replicas) -> None:
         assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
 
 
+def test_every_replica_stops_placing_on_an_instance_the_holder_drains(
+    replicas: Replicas,
+) -> None:
+    """A decode call held open on pdd-0 (its KV never comes) keeps the holder's flip
+    draining; every live replica then shows pdd-0 draining (the instance says so in /state)
+    and places nothing there; once the call ends the flip completes."""
+    launcher = replicas.launcher
+    (holder,) = _wait("one holder", lambda: replicas.holders() or None)
+    decode = launcher.deployment.instance("pdd-0")
+    sampling = p.Sampling(max_tokens=4, temperature=0, top_p=1, top_k=0, seed=0)
+    held = p.DecodeRequest(
+        request_id="held-open", token_ids=[1, 2, 3], first_token=4, sampling=sampling
+    )
+
+    def hold() -> None:
+        """Until /cancel ends it (the instance then breaks the stream off)."""
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            httpx.Client(auth=launcher.instance_auth(), timeout=120) as client,
+        ):
+            headers = {"content-type": "application/json"}
+            client.post(decode.url + "/decode", content=held.model_dump_json(), headers=headers)
+
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(hold)
+        _wait("the call", lambda: replicas.instance_state("pdd-0")["active_decodes"] == 1)
+        assert _flip(replicas.urls[holder], launcher, "pdd-0", "pd-prefill").status_code == 202
+        _wait("every replica sees the drain", lambda: _draining_everywhere(replicas, "pdd-0"))
+        for i, url in enumerate(replicas.urls):
+            if replicas.alive(i):
+                body = {"model": MODEL, "prompt": f"while draining {i} " * 6, "max_tokens": 4}
+                answer = httpx.post(url + "/v1/completions", json=body, timeout=60)
+                assert (
+                    answer.status_code == 200
+                    and answer.json()["prfaas"]["decode_instance"] == "pdd-1"
+                )
+        with httpx.Client(auth=launcher.instance_auth(), timeout=30) as client:
+            client.post(decode.url + "/cancel", json={"request_id": "held-open"})
+        call.result(timeout=120)
+    _wait("the flip", lambda: _role_is(replicas, "pdd-0", "pd-prefill"))
+    assert not replicas.instance_state("pdd-0")["draining"]
+
+
+def _draining_everywhere(group: Replicas, name: str) -> bool:
+    states = [group.state(url) for i, url in enumerate(group.urls) if group.alive(i)]
+    return all(
+        s is not None and next(x for x in s["instances"] if x["name"] == name)["draining"]
+        for s in states
+    )
+
+
 def test_concurrent_flips_on_every_replica_run_at_most_one(replicas: Replicas) -> None:
     """The same flip asked of every live replica at once: the holder takes it, the rest
     refuse; the instance records one switch for it."""
@@ -213,8 +266,8 @@ def test_concurrent_flips_on_every_replica_run_at_most_one(replicas: Replicas) -
     before = len(replicas.instance_state("pdd-0")["lease"]["switches"])
     live = [url for i, url in enumerate(replicas.urls) if replicas.alive(i)]
     with ThreadPoolExecutor(len(live)) as pool:
-        flips = pool.map(lambda url: _flip(url, launcher, "pdd-0", "pd-prefill"), live)
+        flips = pool.map(lambda url: _flip(url, launcher, "pdd-0", "pd-decode"), live)
         answers = [response.status_code for response in flips]
     assert sorted(answers) == [202] + [409] * (len(live) - 1)
-    _wait("the flip", lambda: _role_is(replicas, "pdd-0", "pd-prefill"))
+    _wait("the flip", lambda: _role_is(replicas, "pdd-0", "pd-decode"))
     assert len(replicas.instance_state("pdd-0")["lease"]["switches"]) == before + 1

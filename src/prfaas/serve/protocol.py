@@ -10,6 +10,8 @@
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
     POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy, or
                                              for an epoch below the lease's: fencing)
+    POST /drain       DrainRequest     ->    LeaseAnswer (drained for a flip: `draining` in
+                                             /state until the switch or the timeout)
     POST /lease       LeaseRequest     ->    LeaseAnswer (the slow-loop lease: granted or not)
     POST /lease/release LeaseRequest   ->    LeaseAnswer (the holder gives its grant up)
     POST /cancel      CancelRequest    ->    CancelResult (drop a request's prefill call, KV
@@ -157,6 +159,7 @@ class InstanceState(_Body):
     resources: ResourcesBody = ResourcesBody()
     link_up: bool | None = None
     lease: LeaseAnswer | None = None
+    draining: bool = False
     load_by_router: dict[str, RouterLoadBody] = {}
 
 
@@ -180,6 +183,15 @@ class RoleRequest(_Body):
 
     role: str
     epoch: int | None = Field(default=None, ge=1)
+
+
+class DrainRequest(_Body):
+    """The lease holder drains this instance for a flip (`timeout_s` from now; 0 ends the
+    drain): it reports `draining` in `/state`, so every router replica stops placing work on
+    it. Fenced by `epoch` as `RoleRequest` is."""
+
+    epoch: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(ge=0.0, le=86_400.0)
 
 
 class LeaseRequest(_Body):

@@ -154,6 +154,11 @@ def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
         """The slow-loop lease (`serve.instance.lease`): granted or refused, never an error."""
         return rt.lease.request(body)
 
+    @app.post("/drain")
+    async def drain(body: p.DrainRequest) -> p.LeaseAnswer:
+        """Drained for a flip: every router replica sees `draining` in /state (fenced)."""
+        return rt.lease.drain(body)
+
     @app.post("/lease/release")
     async def lease_release(body: p.LeaseRequest) -> p.LeaseAnswer:
         return rt.lease.release(body)

@@ -12,9 +12,13 @@ while a majority of the instances it knows granted it. This module is one instan
                   highest, or equal to it for someone else)
     POST /lease/release {holder, epoch}   the holder gives its live grant up (a candidate
                   that failed to win a majority frees the instances it did win)
+    POST /drain {epoch, timeout_s}        fenced: the instance says `draining` in /state
+                  until its switch or `timeout_s` (a dead holder's drain ends by itself), so
+                  every replica stops placing work on it, not only the holder
     POST /role {role, epoch}              fenced (`check_epoch`): refused (409 stale_epoch)
                   when `epoch` is below the highest this instance granted, or is missing
                   once any was granted; every switch is recorded with its epoch (`switched`)
+                  and ends the drain
 
 So one epoch goes to one holder on each instance, epochs only rise, and an action of a
 holder that lost the lease (a paused process, a late message) is refused wherever a newer
@@ -55,6 +59,7 @@ class LeaseBook:
     epoch: int = 0  # the highest ever granted
     grant: Grant | None = None
     threshold_tokens: int | None = None  # t as the holder last sent it with a granted request
+    drain_until_s: float | None = None  # draining for a flip until then (`drain`)
     switches: deque[p.RoleSwitchBody] = field(default_factory=lambda: deque(maxlen=MAX_SWITCHES))
 
     def live(self, now_s: float) -> Grant | None:
@@ -101,8 +106,20 @@ class LeaseBook:
             f"{asked} is stale: this instance granted the slow-loop lease at epoch {self.epoch}"
         )
 
+    def drain(self, body: p.DrainRequest) -> p.LeaseAnswer:
+        """Drain for a flip for `body.timeout_s` from now (0: stop draining); fenced."""
+        self.check_epoch(body.epoch)
+        now_s = self.clock()
+        self.drain_until_s = now_s + body.timeout_s if body.timeout_s > 0 else None
+        return self.answer(now_s)
+
+    def is_draining(self, now_s: float) -> bool:
+        return self.drain_until_s is not None and now_s < self.drain_until_s
+
     def switched(self, epoch: int | None, from_role: str, to_role: str) -> None:
-        """Record a role switch made under `epoch` (shown in `/state` `lease.switches`)."""
+        """Record a role switch made under `epoch` (shown in `/state` `lease.switches`);
+        the drain that led to it is over."""
+        self.drain_until_s = None
         switch = p.RoleSwitchBody(
             epoch=epoch, from_role=from_role, to_role=to_role, t_s=self.clock()
         )

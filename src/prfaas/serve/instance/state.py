@@ -62,6 +62,7 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
         ],
         resources=resources(rt),
         lease=rt.lease.answer(rt.lease.clock()),
+        draining=rt.lease.is_draining(rt.lease.clock()),
         load_by_router={r: load.model_copy() for r, load in rt.activity.by_router.items()},
     )
 

@@ -74,7 +74,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "name": i.name,
                 "role": i.role.value,
                 "configured_role": i.spec.role.value,
-                "draining": i.is_draining,
+                "draining": i.is_draining or i.is_reported_draining,
                 "flip_to": i.flip_to.value if i.flip_to is not None else None,
                 "inflight": i.inflight,
                 "cluster": i.spec.cluster,

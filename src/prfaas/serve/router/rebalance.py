@@ -7,12 +7,14 @@
     POST /admin/instances/{name}/role {"role": ...}   flip(instance, role) by hand
 
 A flip drains first: the instance is marked draining (the `ClusterView` says not accepting,
-so the scheduler places nothing new on it), the router waits until the requests it placed on
-the instance finished their stage there (`LiveInstance.inflight` 0) and the instance reports no
-prefill or decode call in progress, then asks the instance to switch (`POST /role`), then
-routes the new role's work to it. A flip that does not drain within `drain_timeout_s`, or that
-the instance refuses, is abandoned: the instance keeps its role and accepts again. One flip at
-a time (the scheduler's rule too).
+so the scheduler places nothing new on it; the instance is told too, `POST /drain`, and says
+so in `/state`, so other router replicas stop placing work on it at their next poll), the
+router waits until the requests it placed on the instance finished their stage there
+(`LiveInstance.inflight` 0) and the instance reports no prefill or decode call in progress,
+then asks the instance to switch (`POST /role`), then routes the new role's work to it. A
+flip that does not drain within `drain_timeout_s`, or that the instance refuses, is
+abandoned: the instance keeps its role and accepts again. One flip at a time (the
+scheduler's rule too).
 
 Observed stats, measured as the simulator measures them (`sim.cluster.stage_stats`):
 
@@ -29,6 +31,7 @@ are the admission refusals by stage that drive the slow loop in overload (docs/s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -202,6 +205,7 @@ class SlowLoop:
         deadline = time.monotonic() + self.spec.drain_timeout_s
         interval = rt.deployment.router.poll_interval_s
         try:
+            await self._drain(rt, inst, self.spec.drain_timeout_s)
             while True:
                 if not inst.is_healthy:
                     raise ConflictError("the instance failed while draining")
@@ -216,13 +220,27 @@ class SlowLoop:
         except (ServeError, httpx.HTTPError) as err:
             record.update(status="abandoned", error=str(err) or repr(err))
             rt.metrics.role_flips.labels(inst.name, to_role.value, "abandoned").inc()
+            with contextlib.suppress(ServeError, httpx.HTTPError):
+                await self._drain(rt, inst, 0.0)  # the others may place work on it again
         else:
             inst.role_epoch += 1
-            inst.role = InstanceRole(info.role)
+            inst.role, inst.is_reported_draining = InstanceRole(info.role), False
             record.update(status="done", done_t_s=round(rt.now_s(), 3))
             rt.metrics.role_flips.labels(inst.name, to_role.value, "done").inc()
         finally:
             inst.is_draining, inst.flip_to = False, None
+
+    async def _drain(self, rt: RouterRuntime, inst: LiveInstance, timeout_s: float) -> None:
+        """Tell the instance it drains for `timeout_s` (0: no more), under the lease's epoch:
+        it says so in `/state`, so every router replica stops placing work on it."""
+        body = p.DrainRequest(epoch=rt.lease.fence(), timeout_s=timeout_s)
+        response = await rt.client.post(
+            inst.spec.url + "/drain",
+            content=body.model_dump_json(),
+            headers={"content-type": "application/json"},
+        )
+        if response.status_code != 200:
+            raise from_response(response.status_code, response.content)
 
     async def _switch(
         self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole, epoch: int | None

@@ -19,7 +19,8 @@ mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
 (`/info`, `/state`) or what the router switched it to (`serve.router.rebalance`). An instance that
-drains for a role flip (`is_draining`) is not accepting either, nor a PrfaaS instance whose
+drains for a role flip (`is_draining`, or `is_reported_draining`: the instance says the
+lease holder, maybe another replica, drains it) is not accepting either, nor a PrfaaS instance whose
 kernel-shaped link is down (`is_link_up`: its `/state` says `link_up: false`, e.g. the link's
 delay line died; long prompts then go to PD-P at once until it is back); `inflight` counts
 the requests the router placed on it (prefill or decode stage) that have not finished that
@@ -95,6 +96,7 @@ class LiveInstance:
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
     is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
+    is_reported_draining: bool = False  # drained for a flip by the lease holder (any replica)
 
     @property
     def name(self) -> str:
@@ -105,6 +107,7 @@ class LiveInstance:
         return (
             self.is_healthy
             and not self.is_draining
+            and not self.is_reported_draining
             and self.is_link_up
             and not self.breaker.is_open(time.monotonic())
         )
@@ -181,6 +184,7 @@ class Registry:
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
         inst.is_link_up = state.link_up is not False
+        inst.is_reported_draining = state.draining
         if state.role is not None and epoch == inst.role_epoch:
             inst.role = InstanceRole(state.role)
         now = time.monotonic()
