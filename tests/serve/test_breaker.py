@@ -79,3 +79,32 @@ def test_a_restarted_instance_starts_with_a_closed_breaker() -> None:
     registry = asyncio.run(run())
     inst = registry.instances["prfaas-0"]
     assert inst.restarts == 1 and inst.is_accepting and inst.breaker.failures_in_a_row == 0
+
+
+def test_calls_failing_while_an_instance_is_unreachable_do_not_keep_it_out() -> None:
+    """A WAN cut: the polls mark the instance down; the calls caught in flight fail after
+    that; once its polls answer again it is back at once (no breaker cooldown)."""
+    is_reachable = {"now": True}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if not is_reachable["now"]:
+            raise httpx.ConnectTimeout("the WAN is cut", request=request)
+        if request.url.path == "/info":
+            return httpx.Response(200, content=fake_info("any").model_dump_json())
+        state = {"boot_id": "b", "num_waiting": 0, "num_running": 0, "free_pages": 1}
+        return httpx.Response(200, json={**state, "events": [], "next_seq": 0})
+
+    async def run() -> Registry:
+        client = httpx.AsyncClient(transport=MockTransport(handle))
+        registry = Registry(default_deployment(), client)
+        await registry.poll_once()
+        is_reachable["now"] = False
+        await registry.poll_once()
+        assert not registry.instances["prfaas-0"].is_healthy
+        for _ in range(FAILURES_TO_OPEN):  # the calls caught on the cut time out now
+            registry.request_failed("prfaas-0")
+        is_reachable["now"] = True
+        await registry.poll_once()
+        return registry
+
+    assert asyncio.run(run()).instances["prfaas-0"].is_accepting

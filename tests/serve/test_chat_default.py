@@ -1,11 +1,13 @@
 """The router knows what an engine does with a chat that names no max_tokens from `/info` only
-(`chat_runs_to_context`), never from the deployment file's `backend` (issue 25, point 5)."""
+(`capabilities.chat_runs_to_context`), never from the deployment file's `backend` (issue 25,
+point 5)."""
 
 from __future__ import annotations
 
 import httpx
 from serve_helpers import fake_info
 
+from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.edge.openai_api import ChatCompletionRequest
 from prfaas.serve.router import completions
@@ -22,7 +24,8 @@ def _runtime(chat_runs_to_context: bool) -> RouterRuntime:
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         info = fake_info(inst.name, inst.role.value)
-        inst.info = info.model_copy(update={"chat_runs_to_context": chat_runs_to_context})
+        said = p.CapabilitiesBody(chat_runs_to_context=chat_runs_to_context)
+        inst.info = info.model_copy(update={"capabilities": said})
         inst.is_healthy = True
     return RouterRuntime(deployment, registry, RouterMetrics(), client)
 

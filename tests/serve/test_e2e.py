@@ -22,6 +22,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import RouterSpec, default_deployment
 from prfaas.serve.launch.launcher import Launcher
 from prfaas.transfer import linkemu
@@ -245,6 +246,18 @@ def test_a_token_id_prompt_is_the_text_it_encodes(client: openai.OpenAI) -> None
     out = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0)
     assert out.choices[0].text == _complete(client, SHORT)[0]
     assert out.usage is not None and out.usage.prompt_tokens == len(ids)
+
+
+def test_info_reports_the_torch_backends_capabilities(launcher: Launcher) -> None:
+    """What the torch backend declares (`InstanceInfo.capabilities`): it exports and imports
+    cached prefixes, says which prefix it holds and computes logprobs; its KV is shipped by
+    the shell, and this file gives it no disk tier."""
+    for spec in launcher.deployment.instances:
+        info = httpx.get(spec.url + "/info", auth=launcher.instance_auth(), timeout=30)
+        said = p.InstanceInfo.model_validate_json(info.content).capabilities
+        assert said == p.CapabilitiesBody(
+            moves_prefixes=True, reports_cached_prefix=True, computes_logprobs=True
+        )
 
 
 def test_threshold_reasons_and_metrics(launcher: Launcher, client: openai.OpenAI) -> None:

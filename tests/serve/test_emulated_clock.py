@@ -9,9 +9,10 @@ import asyncio
 import pytest
 from serve_helpers import emulated_instance
 
+from prfaas.kvcache import KvSlice
 from prfaas.serve import protocol as p
 from prfaas.serve.backends import emulated
-from prfaas.serve.backends.interface import KvSlice, PrefillDone
+from prfaas.serve.backends.interface import PrefillDone
 from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole
 
 
@@ -41,7 +42,14 @@ def test_prefill_layer_steps_are_absolute_deadlines(monkeypatch: pytest.MonkeyPa
     async def run() -> list[object]:
         backend.start()
         try:
-            out = backend.export(asyncio.get_running_loop(), "r0", tokens, sampling)
+            body = p.PrefillRequest(
+                request_id="r0",
+                token_ids=tokens,
+                sampling=sampling,
+                decode_transfer_host="127.0.0.1",
+                decode_transfer_port=1,
+            )
+            out = backend.prefill(asyncio.get_running_loop(), body)
             items: list[object] = []
             while not items or not isinstance(items[-1], PrefillDone):
                 items.append(await out.get())

@@ -127,3 +127,13 @@ def test_slow_headers_and_partial_bodies_are_closed(launcher: Launcher) -> None:
         answer = _read_all(sock)
         assert answer.startswith(b"HTTP/1.1 408")
         assert b'"invalid_request_error"' in answer
+
+
+def test_health_is_the_one_unsigned_call(launcher: Launcher) -> None:
+    """The kubelet and load balancers cannot sign: `GET /health` answers them, and nothing
+    else does (the same path with another method, or another path, is still refused)."""
+    base = f"http://{_instance(launcher).host}:{_instance(launcher).http_port}"
+    health = httpx.get(base + "/health", timeout=10.0)
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    assert httpx.post(base + "/health", json={}, timeout=10.0).status_code == 401
+    assert httpx.get(base + "/info", timeout=10.0).status_code == 401

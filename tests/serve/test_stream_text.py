@@ -18,8 +18,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prfaas.kvcache import KvSlice
 from prfaas.serve import protocol as p
-from prfaas.serve.backends.interface import Finished, Item, KvSlice, Token
+from prfaas.serve.backends.interface import Finished, Item, Token
 from prfaas.serve.instance.runtime import Activity, stream_decode
 from prfaas.serve.instance.stream_text import StreamedText
 from prfaas.serve.json_lines import split_lines
@@ -30,8 +31,8 @@ def _print(ids: Sequence[int]) -> str:
 
 
 class FakeEngine:
-    """An engine that generates `output` (byte ids) with the torch engine's stop rule; it
-    ships its own KV (`prefill`, `link_signals`), so the shell waits for no transfer."""
+    """An engine that generates `output` (byte ids) with the torch engine's stop rule; the
+    shell has no KV endpoints (`claims` None), so it waits for no transfer."""
 
     def __init__(self, output: bytes) -> None:
         self.output = output
@@ -62,16 +63,10 @@ class FakeEngine:
     def cancel(self, request_id: str) -> None:
         raise AssertionError("a finished request is not cancelled")
 
-    async def prefill(self, body: Any) -> Any:
-        raise NotImplementedError
-
-    def link_signals(self) -> list[Any]:
-        return []
-
 
 def _stream(output: bytes, stops: list[str]) -> list[p.DecodeChunk]:
     """The chunks `stream_decode` sends for a request that generates `output`."""
-    rt: Any = SimpleNamespace(backend=FakeEngine(output[1:]), activity=Activity())
+    rt: Any = SimpleNamespace(backend=FakeEngine(output[1:]), activity=Activity(), claims=None)
     sampling = p.Sampling(
         max_tokens=len(output), temperature=0, top_p=1, top_k=0, seed=0, stop=stops
     )

@@ -5,6 +5,7 @@ prints a recorded answer (the real probe runs in test_vllm_unknown_arch.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -19,11 +20,13 @@ from hypothesis import strategies as st
 
 from prfaas.integrations.vllm.settings import ConnectorSettings
 from prfaas.integrations.vllm.tiny import LLAMA
+from prfaas.serve import protocol as p
 from prfaas.serve.backends.vllm.arch import layout_mismatch, model_from_probe, refusal, run_probe
 from prfaas.serve.backends.vllm.backend import VllmBackend
 from prfaas.serve.config.deployment import Backend, Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.config.vllm_spec import VllmSpec
-from prfaas.serve.errors import BadRequestError
+from prfaas.serve.errors import BadRequestError, UnsupportedVerbError
+from prfaas.serve.instance.runtime import build_runtime, import_prefix, send_prefix
 from prfaas.specs.errors import UnsupportedConfigError
 from prfaas.specs.model import DenseMlp, LinearAttention, LinearKind, MoeMlp
 from prfaas.transfer import identity_for
@@ -291,8 +294,8 @@ def _byte_tokenizer_json() -> str:
     return str(tok.to_str())
 
 
-def _backend(model_dir: Path) -> VllmBackend:
-    deployment = Deployment(
+def _deployment(model_dir: Path) -> Deployment:
+    return Deployment(
         model=str(model_dir),
         served_model_name="tiny",
         block_tokens=64,
@@ -303,6 +306,10 @@ def _backend(model_dir: Path) -> VllmBackend:
             ),
         ),
     )
+
+
+def _backend(model_dir: Path) -> VllmBackend:
+    deployment = _deployment(model_dir)
     return VllmBackend(deployment, deployment.instances[0])
 
 
@@ -315,7 +322,9 @@ def test_the_shell_serves_what_the_probe_read(
     answer = GPT2 | {"tokenizer_json": _byte_tokenizer_json()}
     monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
     backend = _backend(model_dir)
-    assert backend.read_by_vllm and not backend.is_hybrid and backend.moves_prefixes
+    assert (
+        backend.read_by_vllm and not backend.is_hybrid and backend.info.capabilities.moves_prefixes
+    )
     assert backend.info.kv_bytes_per_token == 2 * 2 * 2 * 64 * 4
     # the connector inside the child falls back to the same fingerprint
     digest = hashlib.sha256((model_dir / "config.json").read_bytes()).digest()
@@ -339,7 +348,9 @@ def test_a_sliding_window_model_read_by_vllm_is_served_as_a_hybrid(
     answer = GEMMA2 | {"tokenizer_json": _byte_tokenizer_json()}
     monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
     backend = _backend(model_dir)
-    assert backend.read_by_vllm and backend.is_hybrid and not backend.moves_prefixes
+    assert (
+        backend.read_by_vllm and backend.is_hybrid and not backend.info.capabilities.moves_prefixes
+    )
     assert backend.info.kv_bytes_per_token == PER_LAYER
 
 
@@ -485,3 +496,38 @@ def test_a_mamba2_hybrid_is_refused_before_an_engine_starts(tmp_path: Path) -> N
     message = str(refused.value)
     assert message.startswith("backend vllm: ") and "has mamba2 layers" in message, message
     assert "prefix caching" in message and "--backend torch" in message, message
+
+
+def test_a_hybrid_instance_says_it_moves_no_prefix_and_refuses_a_move_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vLLM backend's capabilities in `/info` (`InstanceInfo.capabilities`); a cache move
+    asked of a hybrid model's instance is the typed 400 before the child is called."""
+    model_dir = tmp_path / "tiny-gemma2"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({"model_type": "gemma2"}))
+    answer = GEMMA2 | {"tokenizer_json": _byte_tokenizer_json()}
+    monkeypatch.setenv("PRFAAS_VLLM_PYTHON", str(_fake_python(tmp_path, json.dumps(answer))))
+    deployment = _deployment(model_dir).model_copy(update={"secret": "a test secret 0123456789"})
+    rt = build_runtime(deployment, "pdd-0")
+    assert rt.info.capabilities == p.CapabilitiesBody(
+        ships_own_kv=True,
+        moves_prefixes=False,
+        reports_cached_prefix=True,
+        renders_chat=True,
+        computes_logprobs=True,
+        chat_runs_to_context=True,
+    )
+    move = p.PrefixSendRequest(
+        move_id="m",
+        token_ids=list(range(1, 200)),
+        max_tokens=128,
+        target_transfer_host="127.0.0.1",
+        target_transfer_port=rt.spec.transfer_port,
+    )
+    with pytest.raises(UnsupportedVerbError):
+        asyncio.run(send_prefix(rt, move))
+    imported = p.PrefixImportRequest(move_id="m", token_ids=list(range(1, 200)))
+    with pytest.raises(UnsupportedVerbError):
+        asyncio.run(import_prefix(rt, imported))
+    assert rt.activity.is_idle  # nothing was started for them

@@ -51,6 +51,7 @@ from vllm_helpers import (
     wait_ok,
 )
 
+from prfaas.serve import protocol as p
 from prfaas.serve.backends.vllm.child import vllm_python
 from prfaas.serve.config.deployment import (
     ADMIN_TOKEN_ENV_VAR,
@@ -177,6 +178,24 @@ def _state(stack: Stack, url: str | None = None) -> dict[str, Any]:
     headers = stack.launcher.admin_headers
     answer = httpx.get((url or stack.prfaas_url) + "/admin/state", headers=headers, timeout=10)
     return dict(answer.json())
+
+
+def test_info_reports_the_vllm_backends_capabilities(stack: Stack) -> None:
+    """What the vllm backend declares in `/info` (`InstanceInfo.capabilities`): its engine
+    ships its own KV, answers `/cached`, renders chats, computes logprobs and runs a chat to
+    the context; it moves prefixes on a dense model only (docs/vllm.md, Limits)."""
+    hybrid = stack.preset == "qwen3-next"
+    for spec in stack.launcher.deployment.instances:
+        info = httpx.get(spec.url + "/info", auth=stack.launcher.instance_auth(), timeout=30)
+        said = p.InstanceInfo.model_validate_json(info.content).capabilities
+        assert said == p.CapabilitiesBody(
+            ships_own_kv=True,
+            moves_prefixes=not hybrid,
+            reports_cached_prefix=True,
+            renders_chat=True,
+            computes_logprobs=True,
+            chat_runs_to_context=True,
+        )
 
 
 # 511 bytes + <bos>: the prompt ends on a block boundary, where a hybrid decode side in vLLM's

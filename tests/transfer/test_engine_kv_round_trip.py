@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from transfer_helpers import run, running_pair
 
+from prfaas.kvcache import KvSlice
 from prfaas.transfer import RequestId, SliceKey, TcpTransport, TransferReceived
 
 # The engine (and torch, only for the tensor comparison) come with the `engine` extra.
@@ -56,7 +57,7 @@ async def _ship(records: list[Any], request_id: str) -> dict[SliceKey, Any]:
         (received,) = [e for e in pair.receiver.take_events() if isinstance(e, TransferReceived)]
         assert received.num_slices == len(records)
         return {
-            key: engine.ExportRecord(
+            key: KvSlice(
                 key.layer, key.group, key.token_start, key.token_end, meta.dtype, meta.shape, data
             )
             for key, (meta, data) in pair.sink.committed(RequestId(request_id)).items()

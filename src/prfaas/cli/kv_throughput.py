@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from prfaas.cli.output import Format, FormatOption, Output, resolve_format
+from prfaas.cli.output import Format, FormatOption, JsonOption, Output, resolve_format
 from prfaas.specs.catalog import get_chip, model_names, resolve_model
 from prfaas.specs.errors import SpecError
 from prfaas.specs.throughput import KvThroughputRow, PaperAgreement, kv_throughput_rows
@@ -66,7 +66,6 @@ ModelOption = Annotated[
 ChipOption = Annotated[str, typer.Option("--chip", help="Chip of the prefill instance.")]
 GpusOption = Annotated[int, typer.Option("--gpus", min=1, help="GPUs per prefill instance.")]
 LengthsOption = Annotated[str, typer.Option("--lengths", help="Input lengths, e.g. 1K,8K.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print a JSON list, not a table.")]
 
 
 def command(

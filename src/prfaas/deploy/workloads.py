@@ -13,10 +13,11 @@ environment. Probes (docs/deploy.md, "Health"):
   instance serve; 503 when requests cannot be served); alive while `/metrics` answers (it
   always does while the event loop runs: a router whose instances are down is not restarted,
   which would not bring them back);
-- instance: its control API is signed end to end (every path answers 401 unsigned), so the
-  kubelet checks that it listens: an instance opens its `http_port` only once its model is
-  loaded (startup probe, allowed the deployment's start timeout), then readiness and liveness
-  on the same socket.
+- instance: an instance opens its `http_port` only once its model is loaded, so the startup
+  probe (allowed the deployment's start timeout) checks that it listens; readiness and
+  liveness then ask `GET /health`, the one call of its control API that is not signed (the
+  kubelet cannot sign): an instance whose event loop is stuck answers no HTTP, though its
+  socket still accepts.
 """
 
 from __future__ import annotations
@@ -214,8 +215,8 @@ def _instance_pod(deployment: Deployment, description: Description, group: Group
             period_s=STARTUP_PERIOD_S,
             failures=math.ceil(_start_timeout_s(deployment) / STARTUP_PERIOD_S),
         ),
-        "readinessProbe": _socket_probe(period_s=5, failures=2),
-        "livenessProbe": _socket_probe(period_s=10, failures=3),
+        "readinessProbe": _http_probe("/health", period_s=5, failures=2),
+        "livenessProbe": _http_probe("/health", period_s=10, failures=3),
         "volumeMounts": mounts,
     }
     if group.gpus:

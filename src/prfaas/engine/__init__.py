@@ -26,7 +26,7 @@ from prfaas.engine.errors import (
     EngineError,
     ModelLoadError,
 )
-from prfaas.engine.export import ExportedPrefill, ExportRecord
+from prfaas.engine.export import ExportedPrefill
 from prfaas.engine.generate import GenerateResult, generate_text
 from prfaas.engine.models import LoadedModel, build_preset, load_model
 from prfaas.engine.prefix_move import PrefixExport, PrefixRecord
@@ -43,7 +43,6 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineError",
-    "ExportRecord",
     "ExportedPrefill",
     "FinishReason",
     "GenerateResult",

@@ -30,7 +30,7 @@ from prfaas.engine.batching import DecodeBatch, pads_unequal_lengths
 from prfaas.engine.cache_layout import derive_cache_layout
 from prfaas.engine.config import EngineConfig
 from prfaas.engine.errors import BadRequestError
-from prfaas.engine.export import ExportedPrefill, ExportRecord
+from prfaas.engine.export import ExportedPrefill
 from prfaas.engine.models import LoadedModel
 from prfaas.engine.paged_cache import PagedCache
 from prfaas.engine.prefill import import_export, run_prefill
@@ -42,7 +42,7 @@ from prfaas.engine.sampling import (
     TokenLogprob,
     token_logprob,
 )
-from prfaas.kvcache import Allocation, OutOfPages, RequestId
+from prfaas.kvcache import Allocation, KvSlice, OutOfPages, RequestId
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,15 +248,15 @@ class Engine:
         prompt: Sequence[int],
         params: SamplingParams,
         from_token: int = 0,
-        on_layer: Callable[[ExportRecord], None] | None = None,
+        on_layer: Callable[[KvSlice], None] | None = None,
     ) -> ExportedPrefill | None:
         """Prefill only (a PrfaaS or PD-P instance): the layer-wise export of tokens from
         `from_token` (block aligned) and the final states; the pool keeps the prefix cache.
         `on_layer` sees each record as soon as its layer is done (layer-wise streaming)."""
         pending = self._pending(request_id, prompt, params, None)
-        records: list[ExportRecord] = []
+        records: list[KvSlice] = []
 
-        def collect(record: ExportRecord) -> None:
+        def collect(record: KvSlice) -> None:
             records.append(record)
             if on_layer is not None:
                 on_layer(record)
@@ -311,7 +311,7 @@ class Engine:
     def _admit(
         self,
         pending: _Pending,
-        on_layer: Callable[[ExportRecord], None] | None = None,
+        on_layer: Callable[[KvSlice], None] | None = None,
         from_token: int = 0,
     ) -> _Running | None:
         imported = pending.exported is not None

@@ -1,7 +1,7 @@
 """Layer-wise cache export and its wire-ready byte form (paper section 3, layer pipelining).
 
 During the last prefill chunk, a forward hook on each decoder layer fires as soon as that layer
-is done with the whole prompt and hands its pieces to a callback as `ExportRecord`s: plain bytes
+is done with the whole prompt and hands its pieces to a callback as `KvSlice`s: plain bytes
 plus (layer, group, token range, dtype, shape). Only what the receiver lacks travels (KV the
 receiver holds would cross the link again for nothing): attention KV of tokens [from_block * B, n)
 and the final state at n.
@@ -15,10 +15,11 @@ and the final state at n.
 A layer in two groups (falcon_h1's attention + Mamba in one layer) gives two records, one per
 group; an MLP-only layer gives none.
 
-Each record maps one to one onto `prfaas.transfer.keys.SliceMeta`: key = SliceKey(layer,
-group, token_start, token_end), dtype = `dtype`, shape = `shape`, nbytes = len(data). The
-engine does not import `transfer` (docs/architecture.md walls); `ExportedPrefill.to_bytes` is
-a standalone framing for tests and the CLI.
+Each record is a `prfaas.kvcache.KvSlice`, the one KV record type from engine to wire and
+back (the instance shell sends it as is: key = SliceKey(layer, group, token_start,
+token_end), dtype, shape, nbytes = len(data)). The engine does not import `transfer`
+(docs/architecture.md walls); `ExportedPrefill.to_bytes` is a standalone framing for tests
+and the CLI.
 """
 
 from __future__ import annotations
@@ -35,26 +36,12 @@ from prfaas.engine.cache_io import read_states, sliding_window
 from prfaas.engine.cache_layout import CacheLayout, GroupCodec, LayerKind, decoder_layers
 from prfaas.engine.errors import CacheImportError
 from prfaas.engine.sampling import TokenLogprob
+from prfaas.kvcache import KvSlice
 
 _HEADER = struct.Struct("<I")
 
 
-@dataclass(frozen=True, slots=True)
-class ExportRecord:
-    layer_index: int
-    group_index: int
-    token_start: int
-    token_end: int
-    dtype: str
-    shape: tuple[int, ...]
-    data: bytes
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.data)
-
-
-ExportCallback = Callable[[ExportRecord], None]
+ExportCallback = Callable[[KvSlice], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +51,7 @@ class ExportedPrefill:
     request_id: str
     prompt_tokens: tuple[int, ...]
     first_token: int
-    records: tuple[ExportRecord, ...]
+    records: tuple[KvSlice, ...]
     first_logprob: TokenLogprob | None = None  # in process only (`to_bytes` leaves it out)
 
     def to_bytes(self) -> bytes:
@@ -90,7 +77,7 @@ class ExportedPrefill:
         for layer, group, start, end, dtype, shape in header["records"]:
             nbytes = _numel(shape) * getattr(torch, dtype).itemsize
             data = payload[cursor : cursor + nbytes]
-            records.append(ExportRecord(layer, group, start, end, dtype, tuple(shape), data))
+            records.append(KvSlice(layer, group, start, end, dtype, tuple(shape), data))
             cursor += nbytes
         if cursor != len(payload):
             raise CacheImportError(f"{len(payload) - cursor} trailing bytes in an export")
@@ -115,7 +102,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def layer_records(
     cache: Any, layout: CacheLayout, layer_index: int, token_start: int, num_tokens: int
-) -> list[ExportRecord]:
+) -> list[KvSlice]:
     """One layer's export, one record per group it belongs to: attention KV of
     [token_start, num_tokens), or its final state (none for an MLP-only layer)."""
     records = []
@@ -137,7 +124,7 @@ def layer_records(
         data = flat.contiguous().view(torch.uint8).numpy().tobytes()
         shape = tuple(int(d) for d in flat.shape)
         records.append(
-            ExportRecord(
+            KvSlice(
                 layer_index,
                 codec.group.index,
                 start,
@@ -155,7 +142,7 @@ def _token_major(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.permute(1, 0, 2).reshape(tokens, heads * dim)
 
 
-def record_tensors(record: ExportRecord, codec: GroupCodec) -> tuple[torch.Tensor, ...]:
+def record_tensors(record: KvSlice, codec: GroupCodec) -> tuple[torch.Tensor, ...]:
     """Back to the cache object's form (batch 1): (keys, values), or the state parts in unit
     form (see `cache_io.read_part`)."""
     slot = codec.slot_of(record.layer_index)

@@ -68,6 +68,7 @@ from prfaas.kvcache.index import ClusterMatch, GlobalKVCacheIndex, IndexMatch
 from prfaas.kvcache.layout import GroupKind, GroupSpec, PageLayout
 from prfaas.kvcache.policy import SnapshotPolicy
 from prfaas.kvcache.replay import ReplayStats, replay_sequential
+from prfaas.kvcache.slices import KvSlice
 from prfaas.kvcache.storage import NumpyPageStorage, PageStorage
 from prfaas.kvcache.tiers import (
     LowerTier,
@@ -126,6 +127,7 @@ __all__ = [
     "InstanceId",
     "InvalidRequestError",
     "KVCacheError",
+    "KvSlice",
     "LowerTier",
     "Medium",
     "MemoryTierStorage",

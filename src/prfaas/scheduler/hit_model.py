@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from prfaas.kvcache.cache import CacheConfig, HybridPrefixCache
 from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
 from prfaas.kvcache.index import GlobalKVCacheIndex
-from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages
+from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.plan import plan
 from prfaas.scheduler.load import DispatchLedger, choose_prefill
-from prfaas.scheduler.tiers import capped_request, valued_hit_tokens
+from prfaas.scheduler.tiers import HitPricing, allocate_weighed, promotion_s, weighed_hits
 from prfaas.scheduler.view import InstanceView, Role
 from prfaas.specs.perf import PerfProfile
 from prfaas.workload.prefix import PrefixReplay
@@ -144,31 +144,16 @@ class _Replay:
         """Begin the head job of an instance: its hit is taken now (`PrefillFacet._begin`)."""
         inst = self.instances[position]
         job = inst.queue[0]
-        allocation = self.allocate(inst, job.cache_request)
+        allocation = allocate_weighed(inst.pool, job.cache_request, inst.profile)
         hit, load_s = job.moved_tokens, 0.0
         if not isinstance(allocation, OutOfPages):
             job.has_entry = True
             hit = max(hit, allocation.match.hit_tokens)
-            load_s = self.load_s(allocation.num_promoted_pages)
+            load_s = promotion_s(inst.pool, allocation.num_promoted_pages)
         hit = min(hit, job.request.input_tokens - 1)
         self.cached[job.seq] = hit
         end_s = now_s + inst.profile.prefill_s(job.request.input_tokens - hit) + load_s
         heapq.heappush(self.ends, (end_s, job.seq, position))
-
-    def allocate(self, inst: _Instance, request: CacheRequest) -> Allocation | OutOfPages:
-        """As the simulator's instance: a disk part not worth its load is not promoted."""
-        tier = self.deployment.cache.lower_tier
-        match = inst.pool.match(request)
-        if tier is None or not match.promotions:
-            return inst.pool.allocate(request, match)
-        layout = self.deployment.cache.layout
-        return inst.pool.allocate(capped_request(request, match, layout, tier, inst.profile))
-
-    def load_s(self, num_promoted_pages: int) -> float:
-        tier = self.deployment.cache.lower_tier
-        if tier is None:
-            return 0.0
-        return tier.read_s(num_promoted_pages * self.deployment.cache.layout.page_bytes)
 
     def finish_until(self, now_s: float) -> None:
         """Every prefill ending by `now_s`: commit, publish, release the ledger, start the next."""
@@ -185,20 +170,18 @@ class _Replay:
                 self.start(position, end_s)
 
     def hits(self, request: TraceRequest, cache_request: CacheRequest) -> dict[InstanceId, int]:
-        """What the router sees: the index's restorable prefix per instance (committed only)."""
+        """What the router sees: the index's restorable prefix per instance (committed only),
+        weighed as the simulator's router weighs it (`weighed_hits`); absent: no hit."""
         match = self.index.match(cache_request.block_hashes)
-        block, cap = self.block_tokens, request.input_tokens  # as the simulator's `_hits`
         tier = self.deployment.cache.lower_tier
-        hits = {}
-        for inst in self.instances:
-            instance_id = inst.view.instance_id
-            hit = min(match.per_instance.get(instance_id, 0) * block, cap)
-            lower = min(match.lower_blocks.get(instance_id, 0) * block, hit)
-            if lower and tier is not None:
-                load_s = tier.read_s(int(inst.profile.cache_bytes(lower)))
-                hit = valued_hit_tokens(inst.profile, cap, hit, lower, load_s)
-            hits[instance_id] = hit
-        return hits
+        rate = tier.read_bytes_per_s if tier is not None else None
+        profiles = {i.view.instance_id: i.profile for i in self.instances}
+        return weighed_hits(
+            match,
+            self.block_tokens,
+            request.input_tokens,
+            lambda instance_id: HitPricing(profiles[instance_id], rate),
+        )
 
     def arrive(self, seq: int, request: TraceRequest, now_s: float) -> int:
         """Route and dispatch one request; returns the uncached length its path was judged by."""
@@ -210,8 +193,8 @@ class _Replay:
         hits = self.hits(request, cache_request)
         pd = [i for i in self.instances if i.view.role is Role.PD_PREFILL]
         remote = [i for i in self.instances if i.view.role is Role.PRFAAS]
-        l_pd = max((hits[i.view.instance_id] for i in pd), default=0)
-        l_prfaas = max((hits[i.view.instance_id] for i in remote), default=0)
+        l_pd = max((hits.get(i.view.instance_id, 0) for i in pd), default=0)
+        l_prfaas = max((hits.get(i.view.instance_id, 0) for i in remote), default=0)
         moved = 0
         if d.moves_cache and pd and remote:
             routed = request.input_tokens - max(l_pd, l_prfaas)
@@ -225,9 +208,11 @@ class _Replay:
             routed = request.input_tokens - l_pd
             is_remote = bool(remote) and (not pd or routed > d.threshold_tokens)
         candidates = remote if is_remote else pd
-        reuse = {i.view.instance_id: max(hits[i.view.instance_id], moved) for i in candidates}
+        reuse = {
+            i.view.instance_id: max(hits.get(i.view.instance_id, 0), moved) for i in candidates
+        }
         chosen = _place(candidates, reuse, request.input_tokens, d.load_slack)
-        if moved > hits[chosen.view.instance_id]:
+        if moved > hits.get(chosen.view.instance_id, 0):
             chosen.pool.insert_prefix(cache_request, moved)
             self.publish(chosen)
         estimate_s = chosen.profile.prefill_s(request.input_tokens - reuse[chosen.view.instance_id])

@@ -13,18 +13,28 @@ of tiers. When loading costs at least the recompute, the hit is worth its DRAM p
 the instance caps its match there (`capped_request`), so the router and the instance agree.
 Without a lower tier nothing lies below DRAM and every hit keeps its full value.
 
-Callers: the simulator (`sim.runner` for routing, `sim.instances` for the instance side), the
-pool-aware hit model (`scheduler.hit_model`) and the scenario files' tier settings
-(`lower_tier_of`).
+The router's side is `weighed_hits`: every instance's hit in a global-index match, each
+weighed with that instance's prefill timing and tier read rate (`HitPricing`). The simulator
+(`sim.runner`), the pool-aware hit model (`scheduler.hit_model`) and the live router
+(`serve.router.registry`, the rate each instance publishes in its `/info`) all call it, so a
+disk hit is weighed by one rule wherever a request is placed. The instance's side is
+`allocate_weighed` (`capped_request`, then the allocation; `promotion_s` for the load) for
+`sim.instances`, the hit model and the emulated backend's disk tier; the scenario files' tier
+settings are read by `lower_tier_of`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from prfaas.kvcache.cache import HybridPrefixCache
+from prfaas.kvcache.ids import InstanceId
+from prfaas.kvcache.index import IndexMatch
 from prfaas.kvcache.layout import PageLayout
 from prfaas.kvcache.tiers import Medium, TierSpec
-from prfaas.kvcache.values import CacheRequest, PrefixMatch
+from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages, PrefixMatch
 from prfaas.planner.scenario import SimulationFile
 from prfaas.specs.perf import PerfProfile
 
@@ -64,6 +74,40 @@ def valued_hit_tokens(
     return low
 
 
+@dataclass(frozen=True, slots=True)
+class HitPricing:
+    """What weighing one instance's hit needs: its prefill timing (seconds and cache bytes by
+    length) and the read rate of the tier below its DRAM, in those bytes per second of that
+    timing (None: nothing lies below DRAM, every hit keeps its full value)."""
+
+    profile: PerfProfile
+    read_bytes_per_s: float | None
+
+
+def weighed_hits(
+    match: IndexMatch,
+    block_tokens: int,
+    input_tokens: int,
+    pricing: Callable[[InstanceId], HitPricing],
+) -> dict[InstanceId, int]:
+    """Each instance's hit in `match` (instances without one left out), the part of it below
+    DRAM weighed by its load (`valued_hit_tokens`); `pricing` is asked only for instances
+    whose hit reaches below DRAM."""
+    hits: dict[InstanceId, int] = {}
+    for instance_id, blocks in match.per_instance.items():
+        if not blocks:
+            continue
+        hit = min(blocks * block_tokens, input_tokens)
+        lower = min(match.lower_blocks.get(instance_id, 0) * block_tokens, hit)
+        if lower:
+            price = pricing(instance_id)
+            if price.read_bytes_per_s is not None:
+                load_s = int(price.profile.cache_bytes(lower)) / price.read_bytes_per_s
+                hit = valued_hit_tokens(price.profile, input_tokens, hit, lower, load_s)
+        hits[instance_id] = hit
+    return hits
+
+
 def lower_positions(match: PrefixMatch) -> int:
     """Hit blocks of `match` with a unit below DRAM (an attention block at that position, or
     the snapshot at the hit's boundary): what `IndexMatch.lower_blocks` says for the pool."""
@@ -90,3 +134,24 @@ def capped_request(
     if request.max_hit_blocks is not None:
         first_lower = min(first_lower, request.max_hit_blocks)
     return dataclasses.replace(request, max_hit_blocks=first_lower)
+
+
+def allocate_weighed(
+    pool: HybridPrefixCache, request: CacheRequest, profile: PerfProfile
+) -> Allocation | OutOfPages:
+    """The instance's side: allocate `request` in `pool`, first capping a hit whose part
+    below DRAM is not worth its load (`capped_request`), so nothing is promoted for nothing."""
+    tier = pool.config.lower_tier
+    match = pool.match(request)
+    if tier is None or not match.promotions:
+        return pool.allocate(request, match)
+    return pool.allocate(capped_request(request, match, pool.layout, tier, profile))
+
+
+def promotion_s(pool: HybridPrefixCache, num_promoted_pages: int) -> float:
+    """Seconds to read `num_promoted_pages` of `pool`'s pages back from its lower tier: what
+    the prefill they precede waits for first."""
+    tier = pool.config.lower_tier
+    if tier is None or not num_promoted_pages:
+        return 0.0
+    return tier.read_s(num_promoted_pages * pool.layout.page_bytes)

@@ -4,7 +4,9 @@
     ├── DeploymentError             bad deployment file or flags (CLI: one line, exit 2)
     ├── IncompatibleInstanceError   an instance hashes blocks differently (kept out)
     ├── BadRequestError             400 invalid_request_error
-    │   └── ContextLengthError      400 (code context_length_exceeded)
+    │   ├── ContextLengthError      400 (code context_length_exceeded)
+    │   └── UnsupportedVerbError    400 (code unsupported_by_backend: a verb the instance's
+    │                                   backend declares it lacks, `InstanceInfo.capabilities`)
     ├── AuthenticationError         401 (an instance's control call not validly signed)
     ├── ModelNotFoundError          404
     ├── NotFoundError               404 (admin: no such instance)
@@ -70,6 +72,13 @@ class BadRequestError(ServeError):
 
 class ContextLengthError(BadRequestError):
     code = "context_length_exceeded"
+
+
+class UnsupportedVerbError(BadRequestError):
+    """A call for a verb this instance's backend does not have (its `/info` capabilities say
+    so): the caller's mistake, answered before the backend is asked."""
+
+    code = "unsupported_by_backend"
 
 
 class AuthenticationError(ServeError):

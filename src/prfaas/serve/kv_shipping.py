@@ -1,9 +1,10 @@
 """Glue between the engine's layer-wise export and the transfer layer, and the deployment's
 KV shipping plan.
 
-Prefill side: each `ExportRecord` becomes one slice, `SliceKey(layer, group, start, end)`, sent
-as soon as its layer is done. Decode side: the `Receiver` writes slices into an `ArraySink`;
-once a request is committed its slices are read back as `ExportRecord`s for `submit_import`.
+Prefill side: each `KvSlice` (`prfaas.kvcache`, the one KV record type) is sent as one slice,
+`SliceKey(layer, group, start, end)`, as soon as its layer is done. Decode side: the `Receiver`
+writes slices into an `ArraySink`; once a request is committed its slices are read back as
+`KvSlice`s for the backend's import.
 
 `shipping_plan` resolves, once, what an instance's KV endpoints are built from
 (`transfer.shipping`: TLS, the link's shaping, the transfer knobs) for every backend: the
@@ -23,19 +24,19 @@ through a second sender with the token bucket and the delay (no namespace route 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from prfaas.kvcache import KvSlice
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec, transfer_tls
 from prfaas.transfer import ArraySink, RequestId
 from prfaas.transfer.linkemu import RouteProbe
 from prfaas.transfer.shipping import Pacing, ReceiverNamespace, SenderNamespace, ShippingPlan
 
 
-def committed_records(sink: ArraySink, request_id: str) -> list[tuple[Any, ...]]:
-    """A committed request's slices as ExportRecord fields, in (layer, group, start) order."""
+def committed_slices(sink: ArraySink, request_id: str) -> list[KvSlice]:
+    """A committed request's slices, in (layer, group, start) order."""
     slices = sink.committed(RequestId(request_id))
     return [
-        (k.layer, k.group, k.token_start, k.token_end, meta.dtype, tuple(meta.shape), data)
+        KvSlice(k.layer, k.group, k.token_start, k.token_end, meta.dtype, tuple(meta.shape), data)
         for k, (meta, data) in sorted(slices.items())
     ]
 

@@ -23,6 +23,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prfaas.serve import protocol as p
 from prfaas.specs.chip import ChipSpec
 from prfaas.specs.model import ModelSpec
 
@@ -128,3 +129,19 @@ class LiveProfile:
         if self.max_batch_size is not None and batch_size > self.max_batch_size:
             return float("inf")
         return self.decode_step_s_fixed
+
+
+def published_profile(timing: p.TimingBody | None, info: p.InstanceInfo) -> LiveProfile:
+    """The scheduler's profile from a published timing (the linear default when none is):
+    the router's cluster profiles (`serve.router.live_scheduler`) and each instance's own,
+    which weighs a hit on its disk (`serve.router.registry.Registry.hit_tokens`)."""
+    if timing is None:
+        return LiveProfile(PrefillTiming.linear(info.kv_bytes_per_token, info.max_context_tokens))
+    return LiveProfile(
+        PrefillTiming(
+            timing.source,
+            tuple(timing.lengths_tokens),
+            tuple(timing.prefill_s),
+            tuple(timing.cache_bytes),
+        )
+    )

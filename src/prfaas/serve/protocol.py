@@ -73,6 +73,21 @@ class TimingBody(_Body):
     cache_bytes: list[float]
 
 
+class CapabilitiesBody(_Body):
+    """An instance backend's declared `Capabilities` (`serve.backends.interface`, where each
+    is explained); all false: it can do only what every backend does."""
+
+    ships_own_kv: bool = False  # its engine moves the KV itself (vLLM's connector)
+    moves_prefixes: bool = False  # it exports and imports cached prefixes (cache moves)
+    reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
+    renders_chat: bool = False  # the model's chat template (else a plain transcript)
+    computes_logprobs: bool = False  # its engine reports token logprobs
+    # A chat that names no max_tokens runs to the end of the context (the vllm one, as
+    # `vllm serve` does); else 16 tokens, as vLLM's completions.
+    chat_runs_to_context: bool = False
+    has_disk_tier: bool = False  # its pool demotes evicted blocks to disk
+
+
 class InstanceInfo(_Body):
     name: str
     role: str
@@ -87,14 +102,13 @@ class InstanceInfo(_Body):
     max_batch_size: int
     cache: CacheIdentityBody
     timing: TimingBody | None = None  # None: an older instance (the router assumes linear)
-    can_move_prefix: bool = False  # its backend exports and imports cached prefixes
-    reports_cached_prefix: bool = False  # it answers /cached (decode-side reuse)
     vocab_size: int | None = None  # token ids it takes are below it (None: it checks itself)
-    computes_logprobs: bool = False  # its engine reports token logprobs (the torch one)
-    # A chat that names no max_tokens runs to the end of the context (the vllm one, as
-    # `vllm serve` does); else 16 tokens, as vLLM's completions. The router asks this, never
-    # the deployment file's backend.
-    chat_runs_to_context: bool = False
+    # What its backend can do beyond every backend's verbs; the router asks this, never the
+    # deployment file's backend.
+    capabilities: CapabilitiesBody = Field(default_factory=CapabilitiesBody)
+    # The read rate of its disk tier in `timing`'s cache bytes per second of `timing`'s
+    # clock: what the router charges a hit on its disk (docs/kvcache.md). None: DRAM only.
+    disk_read_bytes_per_s: float | None = Field(default=None, gt=0)
 
 
 class CacheEventBody(_Body):

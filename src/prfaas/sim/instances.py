@@ -29,9 +29,9 @@ from typing import Protocol
 from prfaas.kvcache.cache import HybridPrefixCache
 from prfaas.kvcache.hashing import HashScheme
 from prfaas.kvcache.ids import TransferId
-from prfaas.kvcache.values import Allocation, CacheRequest, OutOfPages
+from prfaas.kvcache.values import CacheRequest, OutOfPages
 from prfaas.scheduler.decisions import RouteDecision
-from prfaas.scheduler.tiers import capped_request
+from prfaas.scheduler.tiers import allocate_weighed, promotion_s
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.core import EventLoop, EventPriority
 from prfaas.sim.link import Flow
@@ -97,31 +97,16 @@ class PrefillFacet:
         request = job.request
         hit = 0
         if self.pool is not None and job.cache_request is not None:
-            allocation = self._allocate(self.pool, job.cache_request)
+            allocation = allocate_weighed(self.pool, job.cache_request, self.profile)
             if not isinstance(allocation, OutOfPages):
                 job.has_pool_entry = True
                 hit = allocation.match.hit_tokens
-                job.load_s = self._load_s(self.pool, allocation.num_promoted_pages)
+                job.load_s = promotion_s(self.pool, allocation.num_promoted_pages)
         moved = job.decision.cache_move.tokens if job.decision.cache_move else 0
         job.hit_tokens = min(max(hit, moved), request.input_tokens - 1)
         job.uncached_tokens = request.input_tokens - job.hit_tokens
         job.start_s = self.loop.now_s
         self.host.prefill_started(job, self.profile.prefill_s(job.uncached_tokens) + job.load_s)
-
-    def _allocate(self, pool: HybridPrefixCache, request: CacheRequest) -> Allocation | OutOfPages:
-        """Allocate, first capping a hit whose disk part is not worth its load."""
-        tier = pool.config.lower_tier
-        match = pool.match(request)
-        if tier is None or not match.promotions:
-            return pool.allocate(request, match)
-        return pool.allocate(capped_request(request, match, pool.layout, tier, self.profile))
-
-    @staticmethod
-    def _load_s(pool: HybridPrefixCache, num_promoted_pages: int) -> float:
-        tier = pool.config.lower_tier
-        if tier is None or not num_promoted_pages:
-            return 0.0
-        return tier.read_s(num_promoted_pages * pool.layout.page_bytes)
 
     def _piece_s(self, job: PrefillJob, take: int) -> float:
         done = job.computed_tokens

@@ -36,7 +36,7 @@ from prfaas.scheduler import (
     ServePath,
     assemble,
 )
-from prfaas.scheduler.tiers import lower_tier_of, valued_hit_tokens
+from prfaas.scheduler.tiers import HitPricing, lower_tier_of, weighed_hits
 from prfaas.sim.arrivals import SimRequest
 from prfaas.sim.cluster import (
     SimInstance,
@@ -243,25 +243,18 @@ class Simulator:
     def _hits(
         self, request: SimRequest, cache_request: CacheRequest | None
     ) -> dict[InstanceId, int]:
+        """Each instance's hit as the router weighs it (`scheduler.tiers.weighed_hits`)."""
         if self.index is None or cache_request is None:
             return {}
-        block = self.config.block_tokens
         match = self.index.match(cache_request.block_hashes)
-        hits = {}
-        for i, n in match.per_instance.items():
-            if n:
-                hit = min(n * block, request.input_tokens)
-                hits[i] = self._valued(i, request, hit, match.lower_blocks.get(i, 0) * block)
-        return hits
-
-    def _valued(self, instance_id: InstanceId, request: SimRequest, hit: int, lower: int) -> int:
-        """The hit as the router weighs it: tokens below DRAM cost their load (scheduler.tiers)."""
         tier = lower_tier_of(self.config.simulation)
-        if not lower or tier is None:
-            return hit
-        profile = self.by_id[instance_id].prefill.profile
-        load_s = tier.read_s(int(profile.cache_bytes(min(lower, hit))))
-        return valued_hit_tokens(profile, request.input_tokens, hit, lower, load_s)
+        rate = tier.read_bytes_per_s if tier is not None else None
+        return weighed_hits(
+            match,
+            self.config.block_tokens,
+            request.input_tokens,
+            lambda i: HitPricing(self.by_id[i].prefill.profile, rate),
+        )
 
     def _arrive(self, request: SimRequest) -> None:
         cache_request = self._cache_request(request)

@@ -9,7 +9,7 @@ Loaded by vLLM from outside its tree:
 A request opts in through its `kv_transfer_params` (the prfaas instance shell sets them):
 
     prefill: {"prfaas_send": {"transfer_id", "host", "port", "from_token", "move"}},
-             max_tokens 1 ("move": a cache move, paced as the link: `VllmBackend.ship_prefix`)
+             max_tokens 1 ("move": a cache move, paced as the link: `VllmBackend.export_prefix`)
              -> the response's kv_transfer_params {"prfaas_transfer_id", "prfaas_num_tokens",
                 "prfaas_kv_bytes", "prfaas_from_token"}
     decode:  {"prfaas_recv": {"transfer_id"}}, prompt = the prefill's prompt + its token

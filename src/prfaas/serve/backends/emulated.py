@@ -3,7 +3,8 @@
 It lets one small machine run a many-instance deployment of a 1T-model scenario with real
 processes, sockets, router and hybrid-pool bookkeeping (docs/architecture.md):
 
-    prefill  match the prompt in the pool (real `HybridPrefixCache`, bookkeeping only), sleep
+    prefill  match the prompt in the pool (real `HybridPrefixCache`, bookkeeping only; with
+             `disk_tier`, a hit's units on disk are read back first: `emulated_disk`), sleep
              profile.prefill_s(uncached) x time_factor in num_layers equal steps, and after each
              step hand over that layer's slice; the slices of one request add up to
              round(profile.cache_bytes(prompt) x byte_factor) bytes, split over layers by the
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,18 +40,21 @@ from prfaas.kvcache import (
     CacheRequest,
     HybridPrefixCache,
     InstanceId,
+    KvSlice,
     OutOfPages,
     RequestId,
 )
 from prfaas.serve import protocol as p
+from prfaas.serve.backends.emulated_disk import EmulatedDisk
+from prfaas.serve.backends.event_log import EventLog, SeqEvent
 from prfaas.serve.backends.interface import (
     BackendInfo,
+    Capabilities,
     Finished,
     Item,
-    KvSlice,
     PrefillDone,
-    SeqEvent,
     Token,
+    transcript_ids,
 )
 from prfaas.serve.config.deployment import Deployment, InstanceSpec
 from prfaas.serve.errors import BadRequestError, InstanceFailedError
@@ -63,7 +66,6 @@ from prfaas.transfer import identity_for
 BOS_ID = 257
 VOCAB_SIZE = 259  # the byte tokenizer's (engine.tokenizer): bytes, <pad>, <bos>, <eos>
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
-MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
 
 
@@ -131,11 +133,13 @@ class EmulatedBackend:
         self.script = (self.emulation.output_text or "").encode()
         self.name = spec.name
         self.max_batch_size = spec.max_batch_size
+        self.disk = EmulatedDisk(spec.disk_tier, self.emulation, self.profile)
         config = CacheConfig.for_model(
             self.model,
             block_tokens=deployment.block_tokens,
             capacity_bytes=spec.capacity_mib * 2**20,
             seed=deployment.hash_seed,
+            lower_tier=self.disk.tier,
         )
         self.pool = HybridPrefixCache(config, InstanceId(spec.name))
         self.info = BackendInfo(
@@ -150,7 +154,9 @@ class EmulatedBackend:
                 lambda n: self.profile.prefill_s(n) * self.emulation.time_factor,
                 self.scaled_kv_bytes,
             ),
+            capabilities=Capabilities(has_disk_tier=self.disk.tier is not None),
             vocab_size=VOCAB_SIZE,
+            disk_read_bytes_per_s=self.disk.published_read_bytes_per_s,
         )
         self.num_waiting = 0
         self.num_running = 0
@@ -161,8 +167,7 @@ class EmulatedBackend:
         self._decodes: dict[str, _Decode] = {}
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
-        self._next_seq = 0
+        self._events = EventLog()
         self._prefilling: str | None = None  # the request whose prefill runs
         self._step_due_s: float | None = None  # when the decode step in progress ends
 
@@ -194,11 +199,14 @@ class EmulatedBackend:
         ids = list(text.encode("utf-8"))
         return [BOS_ID, *ids] if add_special_tokens else ids
 
+    def encode_chat(self, chat: p.ChatPrompt) -> list[int]:
+        return transcript_ids(self, chat)
+
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
 
     def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
-        return [e for e in self._events if e.seq >= seq], self._next_seq
+        return self._events.since(seq)
 
     def scaled_kv_bytes(self, num_tokens: int) -> int:
         """What one prefill of `num_tokens` ships: the profile's cache bytes x byte_factor."""
@@ -206,20 +214,18 @@ class EmulatedBackend:
 
     # --- prefill -------------------------------------------------------------------------
 
-    def export(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request_id: str,
-        tokens: list[int],
-        sampling: p.Sampling,
+    def prefill(
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefillRequest
     ) -> asyncio.Queue[Item]:
+        """Queue the prefill; it ships the whole prompt's scaled bytes (`from_token` is not
+        honoured: it does not `reports_cached_prefix`, so the router sends none)."""
         self._check_alive()
-        _no_logprobs(sampling)
-        self._check_fits(tokens, sampling.max_tokens)
+        _no_logprobs(body.sampling)
+        self._check_fits(body.token_ids, body.sampling.max_tokens)
         out: asyncio.Queue[Item] = asyncio.Queue()
         assert self._prefills is not None, "start() first"
-        self._prefills.put_nowait(_Prefill(request_id, tokens, out))
-        self._prefill_ids.add(request_id)
+        self._prefills.put_nowait(_Prefill(body.request_id, body.token_ids, out))
+        self._prefill_ids.add(body.request_id)
         self._publish()
         return out
 
@@ -242,7 +248,7 @@ class EmulatedBackend:
     async def _prefill(self, job: _Prefill) -> None:
         n = len(job.tokens)
         request = self._request(job.request_id, job.tokens, 0, imported=False)
-        allocation = self.pool.allocate(request)
+        allocation, load_s = self.disk.allocate(self.pool, request)
         if isinstance(allocation, OutOfPages):
             job.out.put_nowait(PrefillDone(None, 0))
             return
@@ -252,7 +258,7 @@ class EmulatedBackend:
             sizes = layer_bytes(self.model, n, self.scaled_kv_bytes(n))
             step_s = self.profile.prefill_s(n - hit) * self.emulation.time_factor / len(sizes)
             loop = asyncio.get_running_loop()
-            started_s = loop.time()
+            started_s = loop.time() + load_s  # the hit's units read back from disk first
             for layer, (group, nbytes) in enumerate(sizes):
                 await _sleep_until(loop, started_s + (layer + 1) * step_s)
                 if job.request_id not in self._prefill_ids:
@@ -392,9 +398,7 @@ class EmulatedBackend:
             )
 
     def _publish(self) -> None:
-        for event in self.pool.take_events():
-            self._events.append(SeqEvent(self._next_seq, event))
-            self._next_seq += 1
+        self._events.extend(self.pool.take_events())
         queued = len(self._prefill_ids - {self._prefilling})  # not the cancelled ones
         admitted = sum(1 for j in self._decodes.values() if j.is_admitted)
         self.num_waiting = queued + len(self._decodes) - admitted

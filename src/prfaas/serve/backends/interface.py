@@ -7,9 +7,17 @@ size, real pool bookkeeping, no model compute) and the `vllm` backend (`serve.ba
 a managed `vllm serve` child, which ships its own KV) all hand back the torch-free items
 below, through asyncio queues:
 
-    export(request)  ──►  KvSlice ... KvSlice  PrefillDone        (layer by layer, then done)
+    prefill(request) ──►  KvSlice ... KvSlice  PrefillDone        (layer by layer, then done;
+                                                                   no slices: the engine
+                                                                   shipped its own KV)
     decode(request)  ──►  Token ... Token  Finished               (token by token, then done)
                           or a BaseException that ended the request
+
+Every backend has the verbs of `InstanceBackend`. What only some can do is declared, not
+discovered: each states its `Capabilities` (in `BackendInfo`, reported in `/info`), and the
+instance shell asks that value before it calls an optional verb (`cached_prefix`,
+`prefix_mover`, `own_kv_links` below: a typed `UnsupportedVerbError` when the capability
+says no; `tests/serve/test_backend_interface.py` holds each backend to its word).
 
 Lifecycle: `build_backend` at process start (imports torch only for the torch backend),
 `start()` once the event loop runs, `stop()` at shutdown.
@@ -18,45 +26,60 @@ Lifecycle: `build_backend` at process start (imports torch only for the torch ba
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal, Protocol, cast
 
-from prfaas.kvcache import CacheEvent, CacheIdentity
+from prfaas.kvcache import CacheIdentity, KvSlice
 from prfaas.serve import protocol as p
+from prfaas.serve.backends.event_log import SeqEvent
 from prfaas.serve.config.deployment import Backend, Deployment, InstanceSpec
+from prfaas.serve.errors import BadRequestError, UnsupportedVerbError
 from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import LinkSignals, PeerIdentity
 
 
 @dataclass(frozen=True, slots=True)
-class KvSlice:
-    """One layer's (or state group's) KV for a token range: one transfer slice.
+class Capabilities:
+    """What a backend can do beyond the verbs every backend has; the instance reports it in
+    `/info` (`protocol.CapabilitiesBody`) and the router plans with it.
 
-    Field for field the same as `engine.export.ExportRecord`; it is restated here because
-    importing `prfaas.engine` loads torch, which emulated instances must not.
+    ships_own_kv           its engine moves the KV on the instance's transfer port (vLLM's
+                           connector): `prefill` yields no slices, the shell neither streams
+                           nor listens, the links' telemetry is the engine's (`OwnKvLinks`)
+    moves_prefixes         it exports and imports cached prefixes (`PrefixMover`)
+    reports_cached_prefix  it says which prompt prefix its cache holds (`CachedPrefix`), and
+                           its `prefill` honours `from_token` (ships only what a decode lacks)
+    renders_chat           `encode_chat` applies the model's chat template (else: a transcript)
+    computes_logprobs      its engine reports token logprobs
+    chat_runs_to_context   a chat without max_tokens runs to the context (as `vllm serve`)
+    has_disk_tier          its pool demotes evicted blocks to a disk tier (events say the medium)
     """
 
-    layer_index: int
-    group_index: int
-    token_start: int
-    token_end: int
-    dtype: str
-    shape: tuple[int, ...]
-    data: bytes
+    ships_own_kv: bool = False
+    moves_prefixes: bool = False
+    reports_cached_prefix: bool = False
+    renders_chat: bool = False
+    computes_logprobs: bool = False
+    chat_runs_to_context: bool = False
+    has_disk_tier: bool = False
 
-    @property
-    def nbytes(self) -> int:
-        return len(self.data)
+    def body(self) -> p.CapabilitiesBody:
+        """As `/info` reports it."""
+        return p.CapabilitiesBody(**asdict(self))
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillDone:
-    """The prefill finished; `first_token` is None when the pool had no room."""
+    """The prefill finished; `first_token` is None when the pool had no room. `kv_bytes`:
+    what a backend that ships its own KV sent (None: the shell counted the slices it sent);
+    `first_finish_reason`: the first token ended the request (its engine's word, vLLM's)."""
 
     first_token: int | None
     hit_tokens: int
     first_logprob: p.Logprob | None = None
+    kv_bytes: int | None = None
+    first_finish_reason: Literal["stop"] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +102,14 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
-class SeqEvent:
-    """A pool event with the instance's sequence number (the router pulls `events_since`)."""
+class PrefixShipment:
+    """The holder's half of a cache move: `tokens` of the prompt's prefix, as `slices` for the
+    shell to ship (one per group, token range [0, tokens)), or none when the engine shipped
+    them itself (`Capabilities.ships_own_kv`: then `kv_bytes` says how many it sent)."""
 
-    seq: int
-    event: CacheEvent
+    tokens: int
+    slices: tuple[KvSlice, ...] = ()
+    kv_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,100 +121,18 @@ class BackendInfo:
     kv_capacity_bytes: int
     cache: CacheIdentity
     peer: PeerIdentity
+    capabilities: Capabilities
     timing: PrefillTiming | None = None  # None: the router's linear default (torch)
     vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
-    computes_logprobs: bool = False  # its engine reports token logprobs (torch)
-    chat_runs_to_context: bool = False  # a chat without max_tokens runs to the context (vLLM)
+    disk_read_bytes_per_s: float | None = None  # its disk tier's, in `timing`'s units (None: none)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException
 
 
-@runtime_checkable
-class PrefixMover(Protocol):
-    """A backend that can move cached prefixes between pools (the torch one): the holder's
-    restorable prefix of a prompt as one `KvSlice` per group (token range [0, k*B), rows of
-    pool units), and the target inserting such slices into its pool as cached blocks. It also
-    answers what prefix a decode pool holds, and exports a prefill from a token on, so only
-    the attention KV the decode instance lacks is shipped (KV it holds would cross the link
-    again for nothing)."""
-
-    def export_prefix(
-        self, loop: asyncio.AbstractEventLoop, tokens: list[int], max_tokens: int
-    ) -> asyncio.Future[list[KvSlice]]: ...
-
-    def import_prefix(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        move_id: str,
-        tokens: list[int],
-        slices: Sequence[KvSlice],
-    ) -> asyncio.Future[int]: ...
-
-    def cached_prefix_tokens(
-        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
-    ) -> asyncio.Future[int]:
-        """Prompt tokens whose attention KV this pool already holds (a decode instance's
-        answer: the prefill then ships only the rest, `export_from`)."""
-        ...
-
-    def export_from(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request_id: str,
-        tokens: list[int],
-        sampling: p.Sampling,
-        from_token: int,
-    ) -> asyncio.Queue[Item]:
-        """`export` shipping attention KV only from `from_token` (block aligned) on."""
-        ...
-
-
-@runtime_checkable
-class CachedPrefixReporter(Protocol):
-    """A backend that can say which prompt prefix its cache holds (a decode instance's answer
-    to `/cached`: the prefill then ships only the rest)."""
-
-    def cached_prefix_tokens(
-        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
-    ) -> asyncio.Future[int]: ...
-
-
-@runtime_checkable
-class ShipsOwnKv(Protocol):
-    """A backend whose engine moves the KV itself (vLLM's connector over `prfaas.transfer`,
-    on the instance's transfer port): the shell neither streams slices nor listens."""
-
-    async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult: ...
-
-    def link_signals(self) -> list[LinkSignals]: ...
-
-
-@runtime_checkable
-class MovesOwnPrefixes(Protocol):
-    """A `ShipsOwnKv` backend that carries out cache moves through its engine (vLLM): the
-    holder ships its held prefix of a prompt to the target's transfer endpoint, the target
-    loads it into its engine's prefix cache. The shell checks addresses and keeps the count
-    of work in progress; the engine moves the bytes. `moves_prefixes` False: this model's
-    prefixes cannot be moved so (a hybrid one on vLLM: docs/vllm.md, Limits)."""
-
-    moves_prefixes: bool
-
-    async def ship_prefix(self, body: p.PrefixSendRequest) -> p.PrefixSendResult: ...
-
-    async def receive_prefix(self, body: p.PrefixImportRequest) -> p.PrefixImportResult: ...
-
-
-@runtime_checkable
-class RendersChat(Protocol):
-    """A backend whose engine renders a chat with the model's chat template (vLLM: the
-    child's own `/tokenize`, so the ids are the ones `vllm serve` alone would prefill).
-    Other backends tokenize `protocol.transcript` of the messages."""
-
-    def encode_chat(self, chat: p.ChatPrompt) -> list[int]: ...
-
-
 class InstanceBackend(Protocol):
+    """The verbs every backend has: what the instance shell (`serve.instance.runtime`) calls."""
+
     info: BackendInfo
     num_waiting: int
     num_running: int
@@ -204,26 +148,114 @@ class InstanceBackend(Protocol):
         template) when `add_special_tokens` is False (vLLM's `/tokenize` switch)."""
         ...
 
+    def encode_chat(self, chat: p.ChatPrompt) -> list[int]:
+        """A chat's prompt ids: the model's chat template (`renders_chat`), else
+        `transcript_ids`."""
+        ...
+
     def detokenize(self, token_ids: Sequence[int]) -> str: ...
 
-    def export(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request_id: str,
-        tokens: list[int],
-        sampling: p.Sampling,
-    ) -> asyncio.Queue[Item]: ...
+    def prefill(
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefillRequest
+    ) -> asyncio.Queue[Item]:
+        """Prefill `body.token_ids`: its KV as slices layer by layer (attention KV from
+        `body.from_token` on where the backend `reports_cached_prefix`), then `PrefillDone`.
+        A backend that `ships_own_kv` sends it to `body`'s decode endpoint itself."""
+        ...
 
     def decode(
         self,
         loop: asyncio.AbstractEventLoop,
         body: p.DecodeRequest,
         slices: Sequence[KvSlice],
-    ) -> asyncio.Queue[Item]: ...
+    ) -> asyncio.Queue[Item]:
+        """Import `slices` (none when it `ships_own_kv`) and decode: tokens, then `Finished`."""
+        ...
 
     def cancel(self, request_id: str) -> None: ...
 
-    def events_since(self, seq: int) -> tuple[list[SeqEvent], int]: ...
+    def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
+        """Its `EventLog.since` (`serve.backends.event_log`)."""
+        ...
+
+
+class CachedPrefix(Protocol):
+    """`Capabilities.reports_cached_prefix`: the prompt tokens whose attention KV this pool
+    already holds (a decode instance's answer to `/cached`: the prefill then ships only the
+    rest, `PrefillRequest.from_token`)."""
+
+    def cached_prefix_tokens(
+        self, loop: asyncio.AbstractEventLoop, tokens: list[int]
+    ) -> asyncio.Future[int]: ...
+
+
+class PrefixMover(Protocol):
+    """`Capabilities.moves_prefixes`: the holder's restorable prefix of a prompt (at most
+    `body.max_tokens`) exported for the target, and the target inserting it into its pool as
+    cached blocks (the slices that arrived; none when the engine `ships_own_kv`)."""
+
+    def export_prefix(
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefixSendRequest
+    ) -> Awaitable[PrefixShipment]: ...
+
+    def import_prefix(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: p.PrefixImportRequest,
+        slices: Sequence[KvSlice],
+    ) -> Awaitable[int]:
+        """The prompt tokens restorable from the pool now (0: no room)."""
+        ...
+
+
+class OwnKvLinks(Protocol):
+    """`Capabilities.ships_own_kv`: the telemetry of the links its engine sends KV over."""
+
+    def link_signals(self) -> list[LinkSignals]: ...
+
+
+def _unsupported(verb: str, capability: str) -> UnsupportedVerbError:
+    return UnsupportedVerbError(
+        f"this instance's backend cannot {verb} (its capabilities say {capability}: false)"
+    )
+
+
+def cached_prefix(backend: InstanceBackend) -> CachedPrefix:
+    """`backend` as the `CachedPrefix` its capabilities declare; `UnsupportedVerbError` when
+    they do not (the declaration, not the object's type, is the contract)."""
+    if not backend.info.capabilities.reports_cached_prefix:
+        raise _unsupported("say which prefix it caches", "reports_cached_prefix")
+    return cast(CachedPrefix, backend)
+
+
+def prefix_mover(backend: InstanceBackend) -> PrefixMover:
+    """`backend` as the `PrefixMover` its capabilities declare; `UnsupportedVerbError` else."""
+    if not backend.info.capabilities.moves_prefixes:
+        raise _unsupported("move cached prefixes", "moves_prefixes")
+    return cast(PrefixMover, backend)
+
+
+def own_kv_links(backend: InstanceBackend) -> OwnKvLinks | None:
+    """`backend`'s own KV links when its capabilities say it `ships_own_kv`; None: the
+    shell's senders carry its KV."""
+    if not backend.info.capabilities.ships_own_kv:
+        return None
+    return cast(OwnKvLinks, backend)
+
+
+def transcript_ids(backend: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
+    """A chat's ids for a backend without a chat template: the plain transcript of its
+    messages, which has none of the template's switches to honour (asking one is a 400)."""
+    asked = chat.switches_asked
+    if asked:
+        err = BadRequestError(
+            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
+            "a plain transcript (docs/serving.md)",
+            param=asked[0],
+        )
+        err.code = "unsupported_parameter"
+        raise err
+    return backend.encode(p.transcript(chat.messages))
 
 
 def build_backend(deployment: Deployment, spec: InstanceSpec) -> InstanceBackend:

@@ -7,11 +7,11 @@ back through `loop.call_soon_threadsafe`, so the event loop never blocks on a fo
                      ◄──items────  KvSlice ... PrefillDone    (prefill, layer by layer)
                      ◄──items────  Token ... Finished         (decode, token by token)
 
-The engine's own records and events are translated into `serve.backends.interface`'s
-torch-free items here, so `instance` runs any backend (`TorchBackend` is this module's
-`InstanceBackend`).
+The engine's tokens, completions and errors are translated into `serve.backends.interface`'s
+torch-free items here (its KV records already are one: `prfaas.kvcache.KvSlice`), so
+`instance` runs any backend (`TorchBackend` is this module's `InstanceBackend`).
 Lifecycle: `start()` after the event loop runs, `stop()` at shutdown (joins the thread).
-Cache events from the pool get a sequence number here; the router pulls them (`events_since`).
+Cache events from the pool go into its `EventLog`; the router pulls them (`events_since`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,7 +29,6 @@ from prfaas.engine import (
     Engine,
     EngineConfig,
     ExportedPrefill,
-    ExportRecord,
     PrefixExport,
     PrefixRecord,
     SamplingParams,
@@ -40,27 +38,28 @@ from prfaas.engine import (
 from prfaas.engine.disk_tier import DiskTierConfig
 from prfaas.engine.sampling import TokenLogprob
 from prfaas.engine.tokenizer import Tokenizer
-from prfaas.kvcache import GroupKind
+from prfaas.kvcache import GroupKind, KvSlice
 from prfaas.serve import errors
 from prfaas.serve import protocol as p
+from prfaas.serve.backends.event_log import EventLog, SeqEvent
 from prfaas.serve.backends.interface import (
     BackendInfo,
+    Capabilities,
     Finished,
     Item,
-    KvSlice,
     PrefillDone,
-    SeqEvent,
+    PrefixShipment,
     Token,
+    transcript_ids,
 )
 from prfaas.serve.config.deployment import Deployment, DiskTierSpec, InstanceSpec
 from prfaas.transfer import identity_for
 
-MAX_EVENT_LOG = 200_000
 IDLE_WAIT_S = 0.05
 
 T = TypeVar("T")
 Sink = Callable[[Any], None]  # takes the engine's items; hands `serve.backends.interface` items on
-EngineItem = ExportRecord | TokenEvent | Completion
+EngineItem = KvSlice | TokenEvent | Completion
 
 
 def logprob_body(tokenizer: Tokenizer, logprob: TokenLogprob | None) -> p.Logprob | None:
@@ -78,16 +77,8 @@ def logprob_body(tokenizer: Tokenizer, logprob: TokenLogprob | None) -> p.Logpro
 
 def _item(item: EngineItem | BaseException, tokenizer: Tokenizer) -> Item:
     """The engine's record, token or completion as a `serve.backends.interface` item."""
-    if isinstance(item, ExportRecord):
-        return KvSlice(
-            item.layer_index,
-            item.group_index,
-            item.token_start,
-            item.token_end,
-            item.dtype,
-            item.shape,
-            item.data,
-        )
+    if isinstance(item, KvSlice):
+        return item
     if isinstance(item, TokenEvent):
         return Token(item.token_id, logprob_body(tokenizer, item.logprob))
     if isinstance(item, Completion):
@@ -121,8 +112,7 @@ class EngineWorker:
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._decoding: dict[str, Sink] = {}
         self._lock = threading.Lock()
-        self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
-        self._next_seq = 0
+        self._events = EventLog()
         self.num_waiting = 0
         self.num_running = 0
         self.free_pages = 0
@@ -138,19 +128,15 @@ class EngineWorker:
 
     # --- commands (called from the event loop) ---------------------------------------------
 
-    def export(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request_id: str,
-        tokens: list[int],
-        sampling: p.Sampling,
-        from_token: int = 0,
+    def prefill(
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefillRequest
     ) -> asyncio.Queue[Item]:
         """Prefill on the engine thread; slices arrive as layers finish, then `PrefillDone`.
-        Attention KV is exported from `from_token` on (what the decode instance lacks)."""
+        Attention KV is exported from `body.from_token` on (what the decode instance lacks)."""
         out: asyncio.Queue[Item] = asyncio.Queue()
         sink = _threadsafe(loop, out, self.engine.model.tokenizer)
-        params = sampling_params(sampling)
+        params = sampling_params(body.sampling)
+        request_id, tokens, from_token = body.request_id, body.token_ids, body.from_token
 
         with self._lock:
             self._queued_exports.add(request_id)
@@ -177,16 +163,6 @@ class EngineWorker:
         self._commands.put(command)
         return out
 
-    def export_from(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request_id: str,
-        tokens: list[int],
-        sampling: p.Sampling,
-        from_token: int,
-    ) -> asyncio.Queue[Item]:
-        return self.export(loop, request_id, tokens, sampling, from_token=from_token)
-
     def cached_prefix_tokens(
         self, loop: asyncio.AbstractEventLoop, tokens: list[int]
     ) -> asyncio.Future[int]:
@@ -202,14 +178,8 @@ class EngineWorker:
         out: asyncio.Queue[Item] = asyncio.Queue()
         sink = _threadsafe(loop, out, self.engine.model.tokenizer)
         params = sampling_params(body.sampling)
-        records = tuple(
-            ExportRecord(
-                s.layer_index, s.group_index, s.token_start, s.token_end, s.dtype, s.shape, s.data
-            )
-            for s in slices
-        )
         exported = ExportedPrefill(
-            body.request_id, tuple(body.token_ids), body.first_token, records
+            body.request_id, tuple(body.token_ids), body.first_token, tuple(slices)
         )
 
         def command() -> None:
@@ -223,22 +193,23 @@ class EngineWorker:
         return out
 
     def export_prefix(
-        self, loop: asyncio.AbstractEventLoop, tokens: list[int], max_tokens: int
-    ) -> asyncio.Future[list[KvSlice]]:
-        """The pool's restorable prefix of `tokens` (<= max_tokens) as one slice per group
-        (`serve.backends.interface.PrefixMover`); no slices when the pool holds none."""
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefixSendRequest
+    ) -> asyncio.Future[PrefixShipment]:
+        """The pool's restorable prefix of the prompt (<= max_tokens) as one slice per group
+        (`serve.backends.interface.PrefixMover`); no tokens when the pool holds none."""
 
-        def slices() -> list[KvSlice]:
-            export = self.engine.export_prefix(tokens, max_tokens)
-            return [] if export is None else _prefix_slices(export)
+        def shipment() -> PrefixShipment:
+            export = self.engine.export_prefix(body.token_ids, body.max_tokens)
+            if export is None:
+                return PrefixShipment(0)
+            return PrefixShipment(len(export.tokens), _prefix_slices(export))
 
-        return self._call(loop, slices)
+        return self._call(loop, shipment)
 
     def import_prefix(
         self,
         loop: asyncio.AbstractEventLoop,
-        move_id: str,
-        tokens: list[int],
+        body: p.PrefixImportRequest,
         slices: Sequence[KvSlice],
     ) -> asyncio.Future[int]:
         """Insert a moved prefix into the pool; the tokens restorable now (0: no room)."""
@@ -254,9 +225,9 @@ class EngineWorker:
             if 0 <= s.group_index < len(groups)
         )
         block = self.engine.paged.block_tokens
+        tokens = body.token_ids
         export = PrefixExport(tuple(tokens), len(tokens) // block, records)
-
-        return self._call(loop, lambda: self.engine.import_prefix(export, move_id) * block)
+        return self._call(loop, lambda: self.engine.import_prefix(export, body.move_id) * block)
 
     def _call(self, loop: asyncio.AbstractEventLoop, work: Callable[[], T]) -> asyncio.Future[T]:
         """Run `work` on the engine thread, in turn with the batch; its result or error
@@ -285,8 +256,7 @@ class EngineWorker:
         self._commands.put(command)
 
     def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
-        with self._lock:
-            return [e for e in self._events if e.seq >= seq], self._next_seq
+        return self._events.since(seq)
 
     # --- the engine thread ------------------------------------------------------------------
 
@@ -329,11 +299,7 @@ class EngineWorker:
             threading.Event().wait(IDLE_WAIT_S)  # waiting for pages that nobody frees yet
 
     def _publish(self) -> None:
-        events = self.engine.paged.pool.take_events()
-        with self._lock:
-            for event in events:
-                self._events.append(SeqEvent(self._next_seq, event))
-                self._next_seq += 1
+        self._events.extend(self.engine.paged.pool.take_events())
         self.num_waiting = self.engine.num_waiting
         self.num_running = self.engine.num_running
         pool = self.engine.paged.pool.pool
@@ -355,12 +321,12 @@ def _fail(fut: asyncio.Future[Any], err: BaseException) -> None:
         fut.set_exception(err)
 
 
-def _prefix_slices(export: PrefixExport) -> list[KvSlice]:
+def _prefix_slices(export: PrefixExport) -> tuple[KvSlice, ...]:
     end = len(export.tokens)
-    return [
+    return tuple(
         KvSlice(0, r.group_index, 0, end, "uint8", (r.num_rows, r.row_bytes), r.data)
         for r in export.records
-    ]
+    )
 
 
 _NOTHING: Callable[[], None] = _nothing
@@ -379,6 +345,7 @@ def disk_tier_config(spec: DiskTierSpec | None) -> DiskTierConfig | None:
     """The engine's disk tier from the deployment file's instance entry (None: DRAM only)."""
     if spec is None:
         return None
+    assert spec.directory is not None  # config validation: a torch tier has one
     return DiskTierConfig(
         Path(spec.directory),
         spec.capacity_mib * 2**20,
@@ -405,6 +372,7 @@ class TorchBackend(EngineWorker):
         )
         super().__init__(engine)
         layout = engine.paged.config.layout
+        disk = engine.paged.config.lower_tier
         num_attention = sum(1 for k in layout.group_kinds if k.value == "attention")
         self.info = BackendInfo(
             max_context_tokens=model.max_context_tokens,
@@ -414,8 +382,15 @@ class TorchBackend(EngineWorker):
             peer=identity_for(
                 engine.paged.layout.spec, deployment.block_tokens, deployment.hash_seed
             ),
+            capabilities=Capabilities(
+                moves_prefixes=True,
+                reports_cached_prefix=True,
+                computes_logprobs=True,
+                has_disk_tier=spec.disk_tier is not None,
+            ),
             vocab_size=int(model.hf_config.vocab_size),
-            computes_logprobs=True,
+            # real bytes per wall second, as its linear timing counts them
+            disk_read_bytes_per_s=disk.read_bytes_per_s if disk is not None else None,
         )
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
@@ -423,6 +398,9 @@ class TorchBackend(EngineWorker):
             return self.engine.encode(text, add_special_tokens=add_special_tokens)
         except BadRequestError as err:
             raise errors.BadRequestError(str(err)) from None
+
+    def encode_chat(self, chat: p.ChatPrompt) -> list[int]:
+        return transcript_ids(self, chat)
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         return self.engine.model.tokenizer.decode(token_ids)

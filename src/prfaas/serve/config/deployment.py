@@ -220,10 +220,12 @@ class SupervisorSpec(_Strict):
 
 
 class DiskTierSpec(_Strict):
-    """A torch instance's disk tier below its DRAM pool (docs/kvcache.md, "Tiers"): demoted
-    pages as files in `directory` (cleared when the instance starts), at most `capacity_mib`."""
+    """An instance's disk tier below its DRAM pool (docs/kvcache.md, "Tiers"), at most
+    `capacity_mib`. A torch instance keeps demoted pages as files in `directory` (cleared when
+    it starts); an emulated one keeps the bookkeeping only (no directory) and sleeps each load
+    for the model's real bytes at `read_mib_per_s`, x `emulation.time_factor`."""
 
-    directory: str = Field(min_length=1)
+    directory: str | None = Field(default=None, min_length=1)  # torch: required
     capacity_mib: int = Field(gt=0)
     read_mib_per_s: float = Field(default=2048.0, gt=0)  # what routing charges for a load
     write_mib_per_s: float = Field(default=1024.0, gt=0)
@@ -241,12 +243,17 @@ class InstanceSpec(_Strict):
     backend: Backend = Backend.TORCH
     chip: str | None = None  # emulated only: the catalog chip whose PerfProfile times it
     gpus_per_instance: int = Field(default=8, gt=0)
-    disk_tier: DiskTierSpec | None = None  # torch only
+    disk_tier: DiskTierSpec | None = None  # torch and emulated
 
     @model_validator(mode="after")
     def _chip_fits_backend(self) -> InstanceSpec:
-        if self.disk_tier is not None and self.backend is not Backend.TORCH:
-            raise ValueError("disk_tier is for torch instances only (backend: torch)")
+        if self.disk_tier is not None:
+            if self.backend is Backend.VLLM:
+                raise ValueError("disk_tier is for torch and emulated instances (docs/kvcache.md)")
+            if self.backend is Backend.TORCH and self.disk_tier.directory is None:
+                raise ValueError("a torch instance's disk_tier needs a directory")
+            if self.backend is Backend.EMULATED and self.disk_tier.directory is not None:
+                raise ValueError("an emulated disk_tier keeps no files: leave out directory")
         if self.backend is not Backend.EMULATED:
             if self.chip is not None:
                 raise ValueError("chip is for emulated instances only (backend: emulated)")

@@ -6,6 +6,10 @@ the router's limits: `serve.edge.guard`, `serve.auth.control`), and serves it wi
 SIGINT/SIGTERM; the app's lifespan is the runtime's (`serve.instance.runtime.running`). Errors map
 to the OpenAI-style JSON of `serve.errors`; a transfer failure is 503 when the decode side
 lacked room, 502 otherwise.
+
+One call is unsigned: `GET /health` answers 200 `{"status": "ok"}` once the instance serves
+(it listens only after its model is loaded and its runtime started), for the kubelet's probes
+and load balancers, which cannot sign. It says nothing else and reads no body.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlGate
-from prfaas.serve.backends.interface import CachedPrefixReporter, InstanceBackend, RendersChat
+from prfaas.serve.backends.interface import cached_prefix
 from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.edge.guard import EdgeGuard, edge_server_config
 from prfaas.serve.errors import (
@@ -46,23 +51,6 @@ from prfaas.transfer import TransferError
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
 
-def _encode_chat(backend: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
-    """The chat's prompt ids: the engine's chat template, else a plain transcript (which
-    has none of the template's switches to honour)."""
-    if isinstance(backend, RendersChat):
-        return backend.encode_chat(chat)
-    asked = chat.switches_asked
-    if asked:
-        err = BadRequestError(
-            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
-            "a plain transcript (docs/serving.md)",
-            param=asked[0],
-        )
-        err.code = "unsupported_parameter"
-        raise err
-    return backend.encode(p.transcript(chat.messages))
-
-
 def _error(err: ServeError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status_code)
 
@@ -72,6 +60,27 @@ def _transfer_failure(err: TransferError) -> ServeError:
     if isinstance(err, TransferAbortedError) and err.reason is AbortReason.OUT_OF_SPACE:
         return KvBufferFullError(f"the decode side had no room for the KV: {err}")
     return InstanceFailedError(f"KV transfer failed: {err}")
+
+
+HEALTH_PATH = "/health"
+_HEALTHY = b'{"status":"ok"}'
+
+
+class _UnsignedHealth:
+    """Answers `GET /health` before the signature check (outermost middleware): a probe
+    that cannot sign still learns that the instance serves; every other call is signed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != HEALTH_PATH or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        length = str(len(_HEALTHY)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": _HEALTHY})
 
 
 def build_app(rt: InstanceRuntime) -> FastAPI:
@@ -88,6 +97,7 @@ def build_app(rt: InstanceRuntime) -> FastAPI:
     app.add_middleware(
         EdgeGuard, max_body_bytes=edge.max_body_bytes, body_timeout_s=edge.body_timeout_s, gate=gate
     )
+    app.add_middleware(_UnsignedHealth)  # added last: outermost, before the signature check
 
     @app.exception_handler(ServeError)
     async def _serve_error(_: Request, err: ServeError) -> JSONResponse:
@@ -118,7 +128,7 @@ def _add_engine_routes(app: FastAPI, rt: InstanceRuntime) -> None:
         if body.chat is None:
             ids = rt.backend.encode(body.text, add_special_tokens=body.add_special_tokens)
         else:
-            ids = _encode_chat(rt.backend, body.chat)
+            ids = rt.backend.encode_chat(body.chat)
         return p.TokenizeResult(token_ids=ids)
 
     @app.post("/detokenize")
@@ -165,11 +175,11 @@ def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
 
     @app.post("/cached")
     async def cached(body: p.TokenizeResult) -> p.CachedResult:
-        """Prompt tokens whose attention KV this pool holds (0 for a backend that cannot say)."""
-        if not isinstance(rt.backend, CachedPrefixReporter):
-            return p.CachedResult(tokens=0)
+        """Prompt tokens whose attention KV this pool holds (400 `unsupported_by_backend` for
+        a backend that cannot say: its `/info` capabilities do not `reports_cached_prefix`)."""
+        holder = cached_prefix(rt.backend)
         loop = asyncio.get_running_loop()
-        return p.CachedResult(tokens=await rt.backend.cached_prefix_tokens(loop, body.token_ids))
+        return p.CachedResult(tokens=await holder.cached_prefix_tokens(loop, body.token_ids))
 
     @app.post("/prefix/send")
     async def prefix_send(body: p.PrefixSendRequest) -> p.PrefixSendResult:

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from prfaas.serve.backends.interface import KvSlice
+from prfaas.kvcache import KvSlice
 from prfaas.serve.errors import InstanceFailedError
-from prfaas.serve.kv_shipping import committed_records
+from prfaas.serve.kv_shipping import committed_slices
 from prfaas.transfer import ArraySink, RequestId
 
 UNCLAIMED_KV_TTL_S = 60.0  # as long as a decode call waits for its KV (ARRIVAL_TIMEOUT_S)
@@ -119,7 +119,7 @@ class KvClaims:
         del self._entries[request_id]
         if entry.state is ClaimState.FAILED:
             raise InstanceFailedError(f"KV transfer aborted: {entry.error}")
-        slices = [KvSlice(*fields) for fields in committed_records(self._sink, request_id)]
+        slices = committed_slices(self._sink, request_id)
         self._sink.release(RequestId(request_id))
         return slices
 

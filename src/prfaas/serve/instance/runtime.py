@@ -50,24 +50,21 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from prfaas.kvcache import KvSlice
 from prfaas.serve import protocol as p
 from prfaas.serve.backends.interface import (
     BackendInfo,
-    CachedPrefixReporter,
     Finished,
     InstanceBackend,
     Item,
-    KvSlice,
-    MovesOwnPrefixes,
     PrefillDone,
-    PrefixMover,
-    ShipsOwnKv,
     Token,
     build_backend,
+    prefix_mover,
 )
 from prfaas.serve.config.deployment import (
     Deployment,
@@ -170,7 +167,7 @@ class InstanceRuntime:
     info: p.InstanceInfo
     shipping: ShippingPlan  # how its KV endpoints are built (`kv_shipping.shipping_plan`)
     transfer_config: TransferConfig
-    kv: KvEndpoints | None = None  # None: the backend ships its own KV (`ShipsOwnKv`)
+    kv: KvEndpoints | None = None  # None: the backend ships its own KV (`ships_own_kv`)
     claims: KvClaims | None = None  # arrived KV by request id (in `kv.sink`)
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
     link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kv_shipping)
@@ -199,12 +196,9 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         max_batch_size=spec.max_batch_size,
         cache=p.CacheIdentityBody.of(facts.cache),
         timing=_timing(facts),
-        can_move_prefix=isinstance(backend, PrefixMover)
-        or (isinstance(backend, MovesOwnPrefixes) and backend.moves_prefixes),
-        reports_cached_prefix=isinstance(backend, CachedPrefixReporter),
         vocab_size=facts.vocab_size,
-        computes_logprobs=facts.computes_logprobs,
-        chat_runs_to_context=facts.chat_runs_to_context,
+        capabilities=facts.capabilities.body(),
+        disk_read_bytes_per_s=facts.disk_read_bytes_per_s,
     )
     config = shipping.config(transfer_secret(deployment))
     return InstanceRuntime(spec, deployment, backend, info, shipping, config)
@@ -224,7 +218,7 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
 
 
 async def _start_transfer(rt: InstanceRuntime) -> None:
-    if isinstance(rt.backend, ShipsOwnKv):
+    if rt.backend.info.capabilities.ships_own_kv:
         return  # its engine owns the transfer port (serve.backends.vllm), from the same plan
     rt.link_probe = link_probe_for(rt.deployment, rt.spec)
     rt.kv = KvEndpoints.build(rt.shipping, rt.transfer_config.secret, rt.backend.info.peer)
@@ -271,61 +265,59 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
     peer = transfer_peer(rt, body.decode_transfer_host, body.decode_transfer_port)
     rt.activity.prefill_started(body.router, body.work_s)
     try:
-        if isinstance(rt.backend, ShipsOwnKv):
-            return await rt.calls.run(body.request_id, rt.backend.prefill(body))
-        assert rt.kv is not None
-        return await rt.calls.run(body.request_id, _run_prefill(rt, rt.kv.sender, peer, body))
+        return await rt.calls.run(body.request_id, _run_prefill(rt, peer, body))
     finally:
         rt.activity.prefill_ended(body.router, body.work_s)
 
 
 async def _run_prefill(
-    rt: InstanceRuntime, sender: Sender, peer: PeerAddress, body: p.PrefillRequest
+    rt: InstanceRuntime, peer: PeerAddress, body: p.PrefillRequest
 ) -> p.PrefillResult:
+    """The backend's prefill, its slices streamed to `peer` as they come (none come from a
+    backend that `ships_own_kv`: its engine sent them, and `PrefillDone` says how many bytes)."""
     started = time.monotonic()
-    transfer = await sender.start_transfer(peer, RequestId(body.request_id))
-    loop = asyncio.get_running_loop()
+    transfer = None
+    if rt.kv is not None:
+        transfer = await rt.kv.sender.start_transfer(peer, RequestId(body.request_id))
     kv_bytes = num_slices = 0
-    try:  # from here every way out ends the transfer (a refused export too)
-        if body.from_token and isinstance(rt.backend, PrefixMover):
-            items = rt.backend.export_from(
-                loop, body.request_id, body.token_ids, body.sampling, body.from_token
-            )
-        else:
-            items = rt.backend.export(loop, body.request_id, body.token_ids, body.sampling)
+    try:  # from here every way out ends the transfer (a refused prefill too)
+        items = rt.backend.prefill(asyncio.get_running_loop(), body)
         while True:
             item = await items.get()
             if isinstance(item, BaseException):
                 raise item
             if isinstance(item, PrefillDone):
                 break
-            assert isinstance(item, KvSlice)
-            key = SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
-            await transfer.send_slice(key, item.dtype, item.shape, item.data)
+            assert isinstance(item, KvSlice) and transfer is not None
+            await transfer.send_slice(_key(item), item.dtype, item.shape, item.data)
             kv_bytes += item.nbytes
             num_slices += 1
         if item.first_token is None:
             raise NoCapacityError(f"instance {rt.spec.name} has no room for this prompt")
         prefill_s = time.monotonic() - started
-        await transfer.finish()
+        if transfer is not None:
+            await transfer.finish()
     except BaseException:
         rt.backend.cancel(body.request_id)  # a queued or running prefill: its work is dropped
-        await transfer.abort("prefill failed or was cancelled")
+        if transfer is not None:
+            await transfer.abort("prefill failed or was cancelled")
         raise
     return p.PrefillResult(
         request_id=body.request_id,
         first_token=item.first_token,
         hit_tokens=item.hit_tokens,
-        kv_bytes=kv_bytes,
+        kv_bytes=kv_bytes if item.kv_bytes is None else item.kv_bytes,
         num_slices=num_slices,
         prefill_s=prefill_s,
         transfer_s=time.monotonic() - started - prefill_s,
         first_logprob=item.first_logprob,
+        first_finish_reason=item.first_finish_reason,
     )
 
 
-async def _imported(rt: InstanceRuntime, body: p.DecodeRequest) -> list[KvSlice]:
-    return await _arrived(rt, body.request_id)
+def _key(item: KvSlice) -> SliceKey:
+    """Where the slice goes in the receiver's sink: the one `KvSlice` sent as it is."""
+    return SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
 
 
 async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
@@ -356,7 +348,7 @@ async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIter
 
 
 async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    slices = [] if isinstance(rt.backend, ShipsOwnKv) else await _imported(rt, body)
+    slices = [] if rt.claims is None else await _arrived(rt, body.request_id)
     items = rt.backend.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
     streamed = StreamedText(body.sampling.stop)
@@ -410,66 +402,51 @@ def transfer_peer(rt: InstanceRuntime, host: str, port: int) -> PeerAddress:
     return PeerAddress(host, port)
 
 
-def _mover(rt: InstanceRuntime) -> PrefixMover:
-    if not isinstance(rt.backend, PrefixMover):
-        raise BadRequestError(f"instance {rt.spec.name}'s backend cannot move prefixes")
-    return rt.backend
-
-
 async def send_prefix(rt: InstanceRuntime, body: p.PrefixSendRequest) -> p.PrefixSendResult:
     """Export the pool's restorable prefix of the prompt and ship it to the target (the
-    PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`)."""
+    PrfaaS sender is on the link already; a PD instance uses its paced `move_sender`; a
+    backend that `ships_own_kv` sends it itself). 400 for a target the deployment does not
+    name, then 400 `unsupported_by_backend` when the backend does not `moves_prefixes`."""
     peer = transfer_peer(rt, body.target_transfer_host, body.target_transfer_port)
-    if isinstance(rt.backend, MovesOwnPrefixes):
-        rt.activity.prefill_started()
-        try:
-            return await rt.backend.ship_prefix(body)
-        finally:
-            rt.activity.prefill_ended()
-    mover = _mover(rt)
-    assert rt.kv is not None
-    sender = rt.kv.move_sender
+    mover = prefix_mover(rt.backend)
     rt.activity.prefill_started()  # the pool is read: keep a flip waiting
     try:
-        slices = await mover.export_prefix(
-            asyncio.get_running_loop(), body.token_ids, body.max_tokens
-        )
-        if not slices:
-            return p.PrefixSendResult(move_id=body.move_id, tokens=0, kv_bytes=0, num_slices=0)
-        transfer = await sender.start_transfer(peer, RequestId(body.move_id))
-        try:
-            for item in slices:
-                key = SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
-                await transfer.send_slice(key, item.dtype, item.shape, item.data)
-            await transfer.finish()
-        except BaseException:
-            await transfer.abort("prefix move failed or was cancelled")
-            raise
+        shipment = await mover.export_prefix(asyncio.get_running_loop(), body)
+        if shipment.slices:
+            assert rt.kv is not None
+            await _ship_prefix(rt.kv.move_sender, peer, body.move_id, shipment.slices)
     finally:
         rt.activity.prefill_ended()
     return p.PrefixSendResult(
         move_id=body.move_id,
-        tokens=slices[0].token_end,
-        kv_bytes=sum(s.nbytes for s in slices),
-        num_slices=len(slices),
+        tokens=shipment.tokens,
+        kv_bytes=shipment.kv_bytes + sum(s.nbytes for s in shipment.slices),
+        num_slices=len(shipment.slices),
     )
 
 
+async def _ship_prefix(
+    sender: Sender, peer: PeerAddress, move_id: str, slices: Sequence[KvSlice]
+) -> None:
+    transfer = await sender.start_transfer(peer, RequestId(move_id))
+    try:
+        for item in slices:
+            await transfer.send_slice(_key(item), item.dtype, item.shape, item.data)
+        await transfer.finish()
+    except BaseException:
+        await transfer.abort("prefix move failed or was cancelled")
+        raise
+
+
 async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.PrefixImportResult:
-    """Wait for move `move_id`, then insert its slices into the pool as cached prefix."""
-    if isinstance(rt.backend, MovesOwnPrefixes):
-        rt.activity.prefill_started()
-        try:
-            return await rt.backend.receive_prefix(body)
-        finally:
-            rt.activity.prefill_ended()
-    mover = _mover(rt)
+    """Wait for move `move_id`, then insert its slices into the pool as cached prefix (a
+    backend that `ships_own_kv` loads the move through its engine). 400
+    `unsupported_by_backend` when the backend does not `moves_prefixes`."""
+    mover = prefix_mover(rt.backend)
     rt.activity.prefill_started()
     try:
-        slices = await _arrived(rt, body.move_id)
-        hit = await mover.import_prefix(
-            asyncio.get_running_loop(), body.move_id, body.token_ids, slices
-        )
+        slices = [] if rt.claims is None else await _arrived(rt, body.move_id)
+        hit = await mover.import_prefix(asyncio.get_running_loop(), body, slices)
     finally:
         rt.activity.prefill_ended()
     return p.PrefixImportResult(move_id=body.move_id, hit_tokens=hit)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prfaas.serve import protocol as p
-from prfaas.serve.backends.interface import ShipsOwnKv
+from prfaas.serve.backends.interface import own_kv_links
 from prfaas.transfer import LinkSignals
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ def resources(rt: InstanceRuntime) -> p.ResourcesBody:
 
 
 def _link_signals(rt: InstanceRuntime) -> list[LinkSignals]:
-    if isinstance(rt.backend, ShipsOwnKv):
-        return rt.backend.link_signals()
+    links = own_kv_links(rt.backend)
+    if links is not None:
+        return links.link_signals()
     return rt.kv.sender.link_signals() if rt.kv is not None else []

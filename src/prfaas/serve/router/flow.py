@@ -131,7 +131,7 @@ class RouterRuntime:
         """Whether the router carries out `CacheMove`s: `router.cache_moves` is on and every
         instance's backend can export and import prefixes (torch; vLLM on dense models)."""
         infos = [i.info for i in self.registry.instances.values() if i.info is not None]
-        able = bool(infos) and all(info.can_move_prefix for info in infos)
+        able = bool(infos) and all(info.capabilities.moves_prefixes for info in infos)
         return self.deployment.router.cache_moves and able  # one backend per deployment
 
     @property
@@ -486,7 +486,7 @@ async def _decode_holds(rt: RouterRuntime, decode: LiveInstance, tokens: list[in
     `/cached`): the prefill ships only the rest. 0 when it cannot say or does not answer."""
     if (
         decode.info is None
-        or not (decode.info.can_move_prefix or decode.info.reports_cached_prefix)
+        or not decode.info.capabilities.reports_cached_prefix
         or not rt.deployment.router.decode_reuse
     ):
         return 0

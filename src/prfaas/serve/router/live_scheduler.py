@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from prfaas.scheduler import GlobalScheduler, SchedulerConfig, SchedulerSetup, assemble
-from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole
 from prfaas.serve.errors import NoCapacityError
-from prfaas.serve.profile import LiveProfile, PrefillTiming
+from prfaas.serve.profile import published_profile
 from prfaas.serve.router.rebalance import live_hardware
 from prfaas.serve.router.registry import Registry
 
@@ -43,13 +42,13 @@ def build_scheduler(
     infos = [i.info for i in registry.healthy() if i.info is not None]
     if not infos:
         raise NoCapacityError("no instance is up")
-    pd = _profile(
+    pd = published_profile(
         registry.timing((InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE))
         or registry.timing((InstanceRole.PRFAAS_PREFILL,)),
         infos[0],
     )
     prfaas_timing = registry.timing((InstanceRole.PRFAAS_PREFILL,))
-    prfaas = _profile(prfaas_timing, infos[0]) if prfaas_timing else None
+    prfaas = published_profile(prfaas_timing, infos[0]) if prfaas_timing else None
     config = SchedulerConfig(prfaas_profile=prfaas, pd_profile=pd, can_move_cache=can_move_cache)
     decode_batch = min(
         (s.max_batch_size for s in deployment.instances if not s.role.is_prefill), default=None
@@ -61,17 +60,3 @@ def build_scheduler(
         deployment.link.rate_gbps,
     )
     return assemble(scheduler_setup(deployment), config, hardware)
-
-
-def _profile(timing: p.TimingBody | None, info: p.InstanceInfo) -> LiveProfile:
-    """The scheduler's profile from a published timing (linear default when none is)."""
-    if timing is None:
-        return LiveProfile(PrefillTiming.linear(info.kv_bytes_per_token, info.max_context_tokens))
-    return LiveProfile(
-        PrefillTiming(
-            timing.source,
-            tuple(timing.lengths_tokens),
-            tuple(timing.prefill_s),
-            tuple(timing.cache_bytes),
-        )
-    )

@@ -14,7 +14,8 @@ or that waited for a pooled connection proves nothing about the instance. Polls 
 use a client of their own (`client`), so request traffic never starves them of connections.
 An instance's own failures (5xx answers while it answers its polls: an engine that died) do
 mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
-`request_served`), and a request is never placed again on an instance that failed it
+`request_served`; failures while it is marked down are its unreachability, which the polls
+track, and are not counted), and a request is never placed again on an instance that failed it
 (`view(now_s, excluded)`).
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
@@ -36,7 +37,10 @@ router placed that have not yet called the instance).
 
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
-engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit).
+engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit), and weighs the
+part of it on an instance's disk by the time to read it back against recomputing it, with the
+simulator's rule (`scheduler.tiers.weighed_hits`, the instance's published timing and disk
+read rate).
 """
 
 from __future__ import annotations
@@ -55,9 +59,11 @@ from pydantic import BaseModel
 from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.scheduler import ClusterView, DispatchLedger, InstanceView, LinkView, Role
+from prfaas.scheduler.tiers import HitPricing, weighed_hits
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
+from prfaas.serve.profile import published_profile
 from prfaas.serve.router.breaker import FailureBreaker
 from prfaas.serve.router.lease import replica_id
 from prfaas.serve.router.overload import LoopWatch
@@ -229,8 +235,13 @@ class Registry:
         return False
 
     def request_failed(self, name: str) -> None:
-        """A request failed on `name` by the instance's own fault (`serve.router.breaker`)."""
-        self.instances[name].breaker.failed(time.monotonic())
+        """A request failed on `name` by the instance's own fault (`serve.router.breaker`).
+        Not counted while `name` is marked down (its polls fail: unreachable, e.g. behind a
+        cut WAN): the calls that were in flight when it went silent fail then, and counting
+        them would keep it out for a cooldown after its polls bring it back."""
+        inst = self.instances[name]
+        if inst.is_healthy:
+            inst.breaker.failed(time.monotonic())
 
     def request_served(self, *names: str) -> None:
         """A request completed on these instances: their failure counts start again."""
@@ -303,7 +314,14 @@ class Registry:
         hashes = scheme.hash_tokens(list(token_ids[:-1]))
         max_hit = (len(token_ids) - 1) // scheme.block_tokens
         match = self.index.match(hashes, max_hit)
-        return {i: blocks * scheme.block_tokens for i, blocks in match.per_instance.items()}
+        return weighed_hits(match, scheme.block_tokens, len(token_ids), self._pricing)
+
+    def _pricing(self, instance_id: InstanceId) -> HitPricing:
+        """What a hit on `instance_id`'s disk costs: its published prefill timing and the
+        read rate of its disk tier (`InstanceInfo.disk_read_bytes_per_s`)."""
+        info = self.instances[instance_id].info
+        assert info is not None  # the index holds only registered instances
+        return HitPricing(published_profile(info.timing, info), info.disk_read_bytes_per_s)
 
     def indexed_blocks(self, name: str) -> int:
         """Block entries (all groups) the global index holds for instance `name`."""
@@ -329,13 +347,13 @@ class Registry:
         """Whether every instance's engine reports token logprobs (one backend per
         deployment: torch does, emulated and vllm do not)."""
         infos = [i.info for i in self.healthy() if i.info is not None]
-        return bool(infos) and all(info.computes_logprobs for info in infos)
+        return bool(infos) and all(info.capabilities.computes_logprobs for info in infos)
 
     def chat_runs_to_context(self) -> bool:
         """Whether the instances' engines run a chat without max_tokens to the end of the
-        context (`InstanceInfo.chat_runs_to_context`: the vllm backend's, as `vllm serve`)."""
+        context (`InstanceInfo.capabilities`: the vllm backend's, as `vllm serve`)."""
         infos = [i.info for i in self.healthy() if i.info is not None]
-        return bool(infos) and all(info.chat_runs_to_context for info in infos)
+        return bool(infos) and all(info.capabilities.chat_runs_to_context for info in infos)
 
     def max_context_tokens(self) -> int | None:
         """The served model's context, as every instance that registered reported it (it is

@@ -1,6 +1,7 @@
 """The child's OpenAI API as the `vllm` backend speaks it: request fields, answers, errors.
 
-`serve.backends.vllm.backend` sends prfaas's sampling as vLLM's fields (`vllm_sampling`), reads the
+`serve.backends.vllm.backend` sends prfaas's sampling as vLLM's fields (`vllm_sampling`), a
+cache move's two one-token requests (`move_send_request`, `move_load_request`), reads the
 child's choices and logprobs back as prfaas's (`choices`, `logprobs`), its `/metrics` page
 (`gauges`), and its errors as prfaas's (`child_error`: 4xx keep their meaning).
 """
@@ -92,3 +93,33 @@ def logprobs(
         best = sorted(top.items(), key=lambda item: -item[1])[:num_top]
         out.append(p.Logprob(**named(key, value).model_dump(), top=[named(k, v) for k, v in best]))
     return out
+
+
+def move_send_request(model: str, body: p.PrefixSendRequest, k: int) -> dict[str, Any]:
+    """The holder's half of a cache move of k tokens: a one-token prefill of the first k - 1
+    whose connector ships every block to the target, paced as the link ("move")."""
+    send = {
+        "transfer_id": body.move_id,
+        "host": body.target_transfer_host,
+        "port": body.target_transfer_port,
+        "from_token": 0,
+        "move": True,
+    }
+    return {
+        "model": model,
+        "prompt": body.token_ids[: k - 1],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "kv_transfer_params": {"prfaas_send": send},
+    }
+
+
+def move_load_request(model: str, body: p.PrefixImportRequest) -> dict[str, Any]:
+    """The target's half: a one-token request for the prefix whose connector loads the move."""
+    return {
+        "model": model,
+        "prompt": body.token_ids,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.move_id}},
+    }

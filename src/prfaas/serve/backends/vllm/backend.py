@@ -40,24 +40,34 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from prfaas.kvcache import CacheIdentity, HashScheme
+from prfaas.kvcache import CacheIdentity, HashScheme, KvSlice
 from prfaas.kvcache.hashing import HASH_ALGORITHM, model_fingerprint
 from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
 from prfaas.serve import protocol as p
-from prfaas.serve.backends.interface import BackendInfo, Finished, Item, KvSlice, SeqEvent, Token
+from prfaas.serve.backends.event_log import EventLog, SeqEvent
+from prfaas.serve.backends.interface import (
+    BackendInfo,
+    Capabilities,
+    Finished,
+    Item,
+    PrefillDone,
+    PrefixShipment,
+    Token,
+)
 from prfaas.serve.backends.vllm.api import (
     child_error,
     choices,
     gauges,
     logprobs,
+    move_load_request,
+    move_send_request,
     vllm_sampling,
 )
 from prfaas.serve.backends.vllm.arch import (
@@ -96,7 +106,6 @@ from prfaas.specs.errors import SpecError, UnsupportedConfigError
 from prfaas.transfer import LinkSignals, PeerIdentity, checkpoint_fingerprint, identity_for
 from prfaas.transfer.config import SECRET_ENV_VAR
 
-MAX_EVENT_LOG = 200_000
 METRICS_INTERVAL_S = 0.5
 STOP_GRACE_S = 10.0
 LAYOUT_TIMEOUT_S = 30.0  # the connector's status file, once vLLM answers /health
@@ -131,9 +140,6 @@ class VllmBackend:
         if refused is not None:
             raise BadRequestError(f"backend vllm: {refused}")
         self.is_hybrid = self.model.state_bytes(1) > 0
-        # a moved hybrid prefix would end on a block boundary, where vLLM's align mode can
-        # neither place a loaded state nor keeps one it did not checkpoint (docs/vllm.md)
-        self.moves_prefixes = not self.is_hybrid
         converted = None if self.probed is None else self.probed.get("tokenizer_json")
         if converted is None and self.probed and self.probed.get("tokenizer_error"):
             raise BadRequestError(
@@ -156,16 +162,21 @@ class VllmBackend:
             kv_capacity_bytes=kv_capacity,
             cache=CacheIdentity(scheme, HASH_ALGORITHM, kinds),
             peer=self._peer_identity(),
-            computes_logprobs=True,  # vLLM's own (raw logits), the first from the prefill
-            chat_runs_to_context=True,  # as `vllm serve` alone defaults a chat's max_tokens
+            capabilities=Capabilities(
+                ships_own_kv=True,  # its connector, on the instance's transfer port
+                moves_prefixes=not self.is_hybrid,  # a hybrid's cannot: `_ship_prefix`
+                reports_cached_prefix=True,  # from its KV events
+                renders_chat=True,  # the child's own chat template
+                computes_logprobs=True,  # vLLM's own (raw logits), the first from the prefill
+                chat_runs_to_context=True,  # as `vllm serve` alone defaults a chat's max_tokens
+            ),
         )
         self.num_waiting = 0
         self.num_running = 0
         self.free_pages = kv_capacity // 2**20
         self.held_pages = 0  # vLLM reports its cache usage, not pages held by requests
         self._translator = EventTranslator(InstanceId(spec.name), scheme, self.is_hybrid)
-        self._events: deque[SeqEvent] = deque(maxlen=MAX_EVENT_LOG)
-        self._next_seq = 0
+        self._events = EventLog()
         self._pending: list[Any] = []
         self._subscriber = EventSubscriber(
             f"tcp://{spec.host}:{self.events_port}", self._pending.append
@@ -174,6 +185,7 @@ class VllmBackend:
         self._child: subprocess.Popen[bytes] | None = None
         self._client: httpx.AsyncClient | None = None
         self._sync = httpx.Client(timeout=30.0)
+        self._prefills: dict[str, asyncio.Task[None]] = {}
         self._decodes: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -307,11 +319,25 @@ class VllmBackend:
 
     # --- prefill -----------------------------------------------------------------------
 
-    async def prefill(self, body: p.PrefillRequest) -> p.PrefillResult:
-        """Prefill on the child; its connector ships the KV to the decode instance. A request
-        that ends at its first token (max_tokens 1) ships nothing: no decode will load it."""
-        assert self._client is not None
-        started = time.monotonic()
+    def prefill(
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefillRequest
+    ) -> asyncio.Queue[Item]:
+        """Prefill on the child; its connector ships the KV to the decode instance, so the
+        queue gets only the `PrefillDone` (or the error). `cancel` ends the call."""
+        out: asyncio.Queue[Item] = asyncio.Queue()
+        task = loop.create_task(self._prefill(body, out))
+        self._prefills[body.request_id] = task
+        task.add_done_callback(lambda _: self._prefills.pop(body.request_id, None))
+        return out
+
+    async def _prefill(self, body: p.PrefillRequest, out: asyncio.Queue[Item]) -> None:
+        try:
+            out.put_nowait(await self._prefill_done(body))
+        except Exception as err:
+            out.put_nowait(err)
+
+    async def _prefill_done(self, body: p.PrefillRequest) -> PrefillDone:
+        """The child's one-token completion (max_tokens 1: ships nothing, no decode loads it)."""
         ships = body.sampling.max_tokens > 1
         request = {
             "model": self._deployment.model_name,
@@ -333,28 +359,31 @@ class VllmBackend:
         if ships and "prfaas_kv_bytes" not in params:
             raise NoCapacityError("vLLM finished the prefill without handing its KV over")
         details = answer["usage"].get("prompt_tokens_details") or {}
-        return p.PrefillResult(
-            request_id=body.request_id,
+        return PrefillDone(
             first_token=choice["token_ids"][0],
-            first_logprob=logprobs(choice, body.sampling.logprobs, self._tokenizer)[0],
             hit_tokens=int(details.get("cached_tokens") or 0),
+            first_logprob=logprobs(choice, body.sampling.logprobs, self._tokenizer)[0],
             kv_bytes=int(params.get("prfaas_kv_bytes", 0)),
-            num_slices=0,
-            prefill_s=time.monotonic() - started,
-            transfer_s=0.0,
             first_finish_reason="stop" if choice.get("finish_reason") == "stop" else None,
         )
 
     # --- cache moves --------------------------------------------------------------------
 
-    async def ship_prefix(self, body: p.PrefixSendRequest) -> p.PrefixSendResult:
+    def export_prefix(
+        self, loop: asyncio.AbstractEventLoop, body: p.PrefixSendRequest
+    ) -> asyncio.Task[PrefixShipment]:
+        """`_ship_prefix` on `loop` (`PrefixMover`: only when not hybrid, `capabilities`)."""
+        return loop.create_task(self._ship_prefix(body))
+
+    async def _ship_prefix(self, body: p.PrefixSendRequest) -> PrefixShipment:
         """The holder's half of a cache move: the prompt prefix this child's prefix cache
         holds (k tokens, whole vLLM blocks, at most `max_tokens`) goes to the target. vLLM
         has no call that exports blocks, so the move is the disaggregated flow itself: the
         first k - 1 tokens run here as a one-token prefill (hits in this cache but for the
         last block) that ships every block, paced as the link; the target loads them and
-        computes token k (`receive_prefix`)."""
-        self._refuse_hybrid_moves()
+        computes token k (`import_prefix`). Not for a hybrid model (its `capabilities` say
+        so): a moved prefix would end on a block boundary, where vLLM's align mode can neither
+        place a loaded state nor keeps one it did not checkpoint (docs/vllm.md)."""
         self._drain()
         # vLLM computes at least a prompt's last token: a hit never spans the whole prompt
         limit = min(body.max_tokens, len(body.token_ids) - 1)
@@ -362,52 +391,33 @@ class VllmBackend:
         if self._translator.block_size is not None:
             k -= k % self._translator.block_size
         if k < 2:
-            return p.PrefixSendResult(move_id=body.move_id, tokens=0, kv_bytes=0, num_slices=0)
-        request = {
-            "model": self._deployment.model_name,
-            "prompt": body.token_ids[: k - 1],
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "kv_transfer_params": {
-                "prfaas_send": {
-                    "transfer_id": body.move_id,
-                    "host": body.target_transfer_host,
-                    "port": body.target_transfer_port,
-                    "from_token": 0,
-                    "move": True,
-                }
-            },
-        }
+            return PrefixShipment(0)
+        request = move_send_request(self._deployment.model_name, body, k)
         params = (await self._complete(request)).get("kv_transfer_params") or {}
         if "prfaas_kv_bytes" not in params:
             raise NoCapacityError("vLLM finished the move's prefill without handing its KV over")
-        kv_bytes = int(params["prfaas_kv_bytes"])
-        return p.PrefixSendResult(move_id=body.move_id, tokens=k, kv_bytes=kv_bytes, num_slices=0)
+        return PrefixShipment(k, kv_bytes=int(params["prfaas_kv_bytes"]))
 
-    async def receive_prefix(self, body: p.PrefixImportRequest) -> p.PrefixImportResult:
+    def import_prefix(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: p.PrefixImportRequest,
+        slices: Sequence[KvSlice],
+    ) -> asyncio.Task[int]:
+        """`_receive_prefix` on `loop`: the connector loads the move (`slices`: none, the
+        shell received nothing)."""
+        return loop.create_task(self._receive_prefix(body))
+
+    async def _receive_prefix(self, body: p.PrefixImportRequest) -> int:
         """The target's half: a one-token request for the prefix loads its first k - 1
         tokens from the move and computes the last, which leaves all k in this child's
         prefix cache for the prefill that follows. vLLM counts the loaded tokens as cached;
         fewer means the load failed and vLLM computed the rest itself."""
-        self._refuse_hybrid_moves()
         k = len(body.token_ids)
-        request = {
-            "model": self._deployment.model_name,
-            "prompt": body.token_ids,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "kv_transfer_params": {"prfaas_recv": {"transfer_id": body.move_id}},
-        }
+        request = move_load_request(self._deployment.model_name, body)
         details = (await self._complete(request))["usage"].get("prompt_tokens_details") or {}
         cached = int(details.get("cached_tokens") or 0)
-        hit = k if cached >= k - 1 else cached
-        return p.PrefixImportResult(move_id=body.move_id, hit_tokens=hit)
-
-    def _refuse_hybrid_moves(self) -> None:
-        if not self.moves_prefixes:
-            raise BadRequestError(
-                "a hybrid model's prefix is not moved between vLLM instances (docs/vllm.md)"
-            )
+        return k if cached >= k - 1 else cached
 
     async def _complete(self, request: dict[str, Any]) -> dict[str, Any]:
         """A non-streamed completion from the child, its errors as ours."""
@@ -440,15 +450,6 @@ class VllmBackend:
         with contextlib.suppress(OSError, ValueError):
             return dict(json.loads(self._status_path.read_text()))
         return {}
-
-    def export(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request_id: str,
-        tokens: list[int],
-        sampling: p.Sampling,
-    ) -> asyncio.Queue[Item]:
-        raise BadRequestError("the vllm backend ships KV from its engine (`prefill`)")
 
     # --- decode ------------------------------------------------------------------------
 
@@ -543,7 +544,12 @@ class VllmBackend:
 
     def cancel(self, request_id: str) -> None:
         """The request ends here without (more of) its decode: a running decode stream is
-        closed (vLLM aborts it); else any KV staged or arriving for it is discarded."""
+        closed (vLLM aborts it); a running prefill call too; else any KV staged or arriving
+        for it is discarded."""
+        prefill = self._prefills.pop(request_id, None)
+        if prefill is not None:
+            prefill.cancel()  # closing the call aborts the request in vLLM
+            return
         task = self._decodes.pop(request_id, None)
         if task is not None:
             task.cancel()  # closing the stream aborts the request in vLLM
@@ -560,14 +566,11 @@ class VllmBackend:
 
     def _drain(self) -> None:
         while self._pending:
-            batch = self._pending.pop(0)
-            for event in self._translator.translate(batch):
-                self._events.append(SeqEvent(self._next_seq, event))
-                self._next_seq += 1
+            self._events.extend(self._translator.translate(self._pending.pop(0)))
 
     def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
         self._drain()
-        return [e for e in self._events if e.seq >= seq], self._next_seq
+        return self._events.since(seq)
 
     def cached_prefix_tokens(
         self, loop: asyncio.AbstractEventLoop, tokens: list[int]
