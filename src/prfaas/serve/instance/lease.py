@@ -13,8 +13,9 @@ while a majority of the instances it knows granted it. This module is one instan
     POST /lease/release {holder, epoch}   the holder gives its live grant up (a candidate
                   that failed to win a majority frees the instances it did win)
     POST /drain {epoch, timeout_s}        fenced: the instance says `draining` in /state
-                  until its switch or `timeout_s` (a dead holder's drain ends by itself), so
-                  every replica stops placing work on it, not only the holder
+                  until its switch or `timeout_s` (the holder renews it while it drains, a
+                  lease term at a time: a dead holder's drain ends by itself), so every
+                  replica stops placing work on it, not only the holder
     POST /role {role, epoch}              fenced (`check_epoch`): refused (409 stale_epoch)
                   when `epoch` is below the highest this instance granted, or is missing
                   once any was granted; every switch is recorded with its epoch (`switched`)

@@ -52,12 +52,14 @@ from prfaas.serve.errors import (
     from_response,
 )
 from prfaas.serve.profile import LiveProfile
+from prfaas.serve.router.lease import TERM_S
 
 if TYPE_CHECKING:
     from prfaas.serve.router.flow import RouterRuntime
     from prfaas.serve.router.registry import LiveInstance
 
 PD_ROLES = (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE)
+DRAIN_HOLD_S = TERM_S  # how long one drain notice holds an instance out of routing
 TO_INSTANCE_ROLE = {
     Role.PD_PREFILL: InstanceRole.PD_PREFILL,
     Role.PD_DECODE: InstanceRole.PD_DECODE,
@@ -205,11 +207,11 @@ class SlowLoop:
         deadline = time.monotonic() + self.spec.drain_timeout_s
         interval = rt.deployment.router.poll_interval_s
         try:
-            await self._drain(rt, inst, self.spec.drain_timeout_s)
             while True:
                 if not inst.is_healthy:
                     raise ConflictError("the instance failed while draining")
                 epoch = rt.lease.fence()  # a lease lost while draining abandons the flip
+                await self._drain(rt, inst, DRAIN_HOLD_S)
                 if inst.inflight == 0 and inst.active_calls == 0:
                     info = await self._switch(rt, inst, to_role, epoch)
                     if info is not None:
@@ -232,7 +234,9 @@ class SlowLoop:
 
     async def _drain(self, rt: RouterRuntime, inst: LiveInstance, timeout_s: float) -> None:
         """Tell the instance it drains for `timeout_s` (0: no more), under the lease's epoch:
-        it says so in `/state`, so every router replica stops placing work on it."""
+        it says so in `/state`, so every router replica stops placing work on it. Renewed at
+        every look at the drain, for the lease's term only: a holder that dies or loses the
+        lease mid-drain leaves no instance out of routing for longer than that."""
         body = p.DrainRequest(epoch=rt.lease.fence(), timeout_s=timeout_s)
         response = await rt.client.post(
             inst.spec.url + "/drain",
