@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from k8s_checks import write_description
+from k8s_checks import find, pod_file, write_description
 
 from prfaas.cli.app import main
+from prfaas.deploy.render import render
+from prfaas.serve.config.deployment import Deployment
 
 DEPLOYMENT = """\
 model: tiny-qwen3-next
@@ -40,8 +42,6 @@ def test_every_problem_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2
     assert err.splitlines() == [
         "prfaas: error: clusters.spare: no instance of the deployment is there",
-        "prfaas: error: router.replicas: more than one router needs rebalance.enabled: false in "
-        "the deployment (each replica would run its own slow loop and flip roles)",
         "prfaas: error: instances (pd, pd-decode): decode-a, decode-b are not named <prefix>-0 "
         "to <prefix>-N with one prefix (a StatefulSet's pods)",
     ]
@@ -130,3 +130,17 @@ def test_instance_names_that_clash_with_the_routers_objects(
         "instances whose names make it)"
         for kind in ("Service", "PodDisruptionBudget")
     ]
+
+
+def test_router_replicas_render_with_the_slow_loop_on(tmp_path: Path) -> None:
+    """Replicas share the slow loop through its lease (`serve.router.lease`), so three of
+    them render with `rebalance` left on (its default)."""
+    deployment = DEPLOYMENT.replace("decode-a", "pdd-0").replace("decode-b", "pdd-1")
+    description = DESCRIPTION.replace("replicas: 2", "replicas: 3").replace(
+        "  pd: {image: img}\n  spare: {image: img}\n",
+        "  pd: {image: img, addresses: {pdd-0: 10.0.1.1, pdd-1: 10.0.1.2}}\n",
+    )
+    rendered = render(write_description(tmp_path, deployment, description))
+    assert Deployment.model_validate(pod_file(rendered.manifests["pd"])).rebalance.enabled
+    router = find(rendered.manifests["pd"], "Deployment", "prfaas-router")
+    assert router is not None and router["spec"]["replicas"] == 3

@@ -55,8 +55,9 @@ class ServiceType(StrEnum):
 
 
 class RouterPlacement(_Strict):
-    """Where the router runs and how clients reach it. `replicas` above 1 needs the slow
-    loop off until replicas share its lease (issue 29, `render.check_router_replicas`)."""
+    """Where the router runs and how clients reach it: `replicas` routers behind the
+    Service, each routing on what the instances report; one at a time runs the slow loop
+    (the lease of `serve.router.lease`)."""
 
     cluster: str
     replicas: int = Field(default=1, ge=1)

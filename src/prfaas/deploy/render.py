@@ -125,8 +125,8 @@ def _clashes(cluster: str, objects: list[Manifest]) -> list[str]:
 
 def placement_problems(deployment: Deployment, description: Description) -> list[str]:
     """The description's clusters are the deployment's; no two of the router's and an
-    instance's ports are one; the router runs in one of the clusters, as a single replica
-    while the slow loop runs (replicas do not share its lease yet, issue 29)."""
+    instance's ports are one; the router runs in one of the clusters (any number of
+    replicas: one at a time holds the slow loop's lease, `serve.router.lease`)."""
     problems: list[str] = []
     wanted = {spec.cluster for spec in deployment.instances}
     described = set(description.clusters)
@@ -148,11 +148,6 @@ def placement_problems(deployment: Deployment, description: Description) -> list
         ]
     if description.router.cluster not in described:
         problems.append(f"router.cluster: {description.router.cluster!r} is not in clusters")
-    if description.router.replicas > 1 and deployment.rebalance.enabled:
-        problems.append(
-            "router.replicas: more than one router needs rebalance.enabled: false in the "
-            "deployment (each replica would run its own slow loop and flip roles)"
-        )
     return problems
 
 

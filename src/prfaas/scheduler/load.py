@@ -11,6 +11,11 @@ instances finishing within (1 + epsilon) of the earliest, take the longest prefi
 the earliest finish, then the id. Affinity may cost at most epsilon of latency, so the hot
 instance is never piled onto: once its queue is long enough, a colder instance wins.
 
+Other routers' load: several router replicas share the instances, and each ledger sees only
+its own dispatches. `set_foreign` adds what an instance reports of the other routers' work
+on it (prefill seconds queued, decodes running: `serve.router.registry`), so every replica
+weighs the whole load; a single router, and the simulator, never set it.
+
 Decode choice: the least loaded by dispatched requests
 over BS_max among those with enough free KV memory; if none has room, the one with most free
 memory (the request waits there).
@@ -57,6 +62,19 @@ class DispatchLedger:
         self._decode_requests: dict[InstanceId, int] = {}
         self._decode_kv_bytes: dict[InstanceId, float] = {}
         self._by_decode: dict[InstanceId, set[RequestId]] = {}
+        self._foreign_prefill_s: dict[InstanceId, float] = {}
+        self._foreign_decodes: dict[InstanceId, int] = {}
+
+    def set_foreign(self, instance_id: InstanceId, prefill_work_s: float, decodes: int) -> None:
+        """Other routers' work on `instance_id` as the instance reported it last (replaces
+        the previous report): queued prefill seconds and decode requests."""
+        self._foreign_prefill_s[instance_id] = max(0.0, prefill_work_s)
+        self._foreign_decodes[instance_id] = max(0, decodes)
+
+    def prefill_estimate_s(self, request_id: RequestId) -> float:
+        """The prefill seconds counted for a dispatched request (0 when it is not here)."""
+        entry = self._entries.get(request_id)
+        return entry.prefill_work_s if entry is not None else 0.0
 
     def dispatch(
         self,
@@ -86,7 +104,9 @@ class DispatchLedger:
         )
         self._by_decode.setdefault(decode_instance_id, set()).add(request_id)
         self._add_prefill(prefill_instance_id, prefill_work_s)
-        self._decode_requests[decode_instance_id] = self.decode_requests(decode_instance_id) + 1
+        self._decode_requests[decode_instance_id] = (
+            self._decode_requests.get(decode_instance_id, 0) + 1
+        )
         self._decode_kv_bytes[decode_instance_id] = self.decode_kv_bytes(decode_instance_id) + (
             kv_bytes
         )
@@ -108,10 +128,12 @@ class DispatchLedger:
         self._decode_kv_bytes[decode] -= entry.kv_bytes
 
     def prefill_work_s(self, instance_id: InstanceId) -> float:
-        return self._prefill_s.get(instance_id, 0.0)
+        own = self._prefill_s.get(instance_id, 0.0)
+        return own + self._foreign_prefill_s.get(instance_id, 0.0)
 
     def decode_requests(self, instance_id: InstanceId) -> int:
-        return self._decode_requests.get(instance_id, 0)
+        own = self._decode_requests.get(instance_id, 0)
+        return own + self._foreign_decodes.get(instance_id, 0)
 
     def decode_overlap(
         self, instance_id: InstanceId, start_s: float, end_s: float, now_s: float
@@ -121,8 +143,10 @@ class DispatchLedger:
 
         A request past its prefill holds its slot from now on (it decodes or waits for one);
         a prefill running late starts its decode now at the earliest; a decode running past
-        its predicted end holds its slot until it is reported done."""
+        its predicted end holds its slot until it is reported done; other routers' decodes
+        (`set_foreign`) hold theirs over the whole query."""
         changes: list[tuple[float, int]] = []
+        foreign = self._foreign_decodes.get(instance_id, 0) if start_s < end_s else 0
         contexts = 0
         for rid in self._by_decode.get(instance_id, ()):
             e = self._entries[rid]
@@ -132,11 +156,11 @@ class DispatchLedger:
             if begin_s < finish_s:
                 changes += [(begin_s, 1), (finish_s, -1)]
                 contexts += e.context_tokens
-        peak = taken = 0
+        peak = taken = foreign
         for _, step in sorted(changes):  # half-open: a slot left at t is free for one taken at t
             taken += step
             peak = max(peak, taken)
-        return DecodeOverlap(peak, len(changes) // 2, contexts)
+        return DecodeOverlap(peak, len(changes) // 2 + foreign, contexts)
 
     def decode_kv_bytes(self, instance_id: InstanceId) -> float:
         return self._decode_kv_bytes.get(instance_id, 0.0)

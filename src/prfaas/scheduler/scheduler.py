@@ -90,6 +90,14 @@ class GlobalScheduler:
         """t now: where it started, as the slow loop last set it."""
         return self._threshold_tokens
 
+    def follow(self, threshold_tokens: int | None) -> None:
+        """Route with the t another scheduler's slow loop set (`None`: keep ours), and drop
+        the window no step of this one will read: the live router replicas that do not hold
+        the slow loop's lease (`serve.router.lease`)."""
+        if threshold_tokens is not None:
+            self._threshold_tokens = threshold_tokens
+        self._window = Window()
+
     def rebalance(self, view: ClusterView, stats: StageStats) -> list[RebalanceAction]:
         """Run the slow loop on what was observed since the last step; apply the new t.
 

@@ -14,6 +14,7 @@
     ├── UnsupportedMediaTypeError   415 (a request body that is not JSON)
     ├── RequestTimeoutError         408 (a body not sent within router.body_timeout_s)
     ├── ConflictError               409 (an admin request the current state forbids)
+    │   └── StaleEpochError         409 (code stale_epoch: a slow-loop action under an old lease)
     ├── NoCapacityError             503 (scheduler rejection, no live instance)
     └── InstanceFailedError         502 (an instance died or broke off mid-request)
 
@@ -123,6 +124,13 @@ class ConflictError(ServeError):
 
     status_code = 409
     error_type = "conflict_error"
+
+
+class StaleEpochError(ConflictError):
+    """A slow-loop action under an epoch older than the lease the instance granted
+    (fencing: `serve.instance.lease`)."""
+
+    code = "stale_epoch"
 
 
 class NoCapacityError(ServeError):

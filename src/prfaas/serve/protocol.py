@@ -8,7 +8,12 @@
     POST /detokenize  TokenizeResult   ->    DetokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
     POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
-    POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy)
+    POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy, or
+                                             for an epoch below the lease's: fencing)
+    POST /drain       DrainRequest     ->    LeaseAnswer (drained for a flip: `draining` in
+                                             /state until the switch or the timeout)
+    POST /lease       LeaseRequest     ->    LeaseAnswer (the slow-loop lease: granted or not)
+    POST /lease/release LeaseRequest   ->    LeaseAnswer (the holder gives its grant up)
     POST /cancel      CancelRequest    ->    CancelResult (drop a request's prefill call, KV
                                              and engine work: it ended without its decode)
     POST /cached      TokenizeResult   ->    CachedResult (decode: attention KV it holds)
@@ -138,12 +143,21 @@ class ResourcesBody(_Body):
     running_calls: int = 0
 
 
+class RouterLoadBody(_Body):
+    """What one router replica has running on an instance: the prefill seconds of its prefill
+    calls in progress (as that router estimated them) and its decode calls in progress."""
+
+    prefill_work_s: float = 0.0
+    decodes: int = 0
+
+
 class InstanceState(_Body):
     """Load and cache events. `role` is the instance's role now (a PD instance may have been
     flipped); `prefill_busy_s` the seconds since start with at least one prefill running (PD-P
     utilisation for the slow loop); `active_*` the prefill and decode calls in progress;
     `link_up` whether a PrfaaS instance's kernel-shaped link is there now (None: no such
-    link to watch)."""
+    link to watch); `load_by_router` the calls in progress by the router replica that placed
+    them (each replica counts the others' as load: `scheduler.load.DispatchLedger`)."""
 
     boot_id: str
     role: str | None = None
@@ -158,6 +172,9 @@ class InstanceState(_Body):
     active_decodes: int = 0
     resources: ResourcesBody = ResourcesBody()
     link_up: bool | None = None
+    lease: LeaseAnswer | None = None
+    draining: bool = False
+    load_by_router: dict[str, RouterLoadBody] = {}
 
 
 class CancelRequest(_Body):
@@ -174,9 +191,55 @@ class CancelResult(_Body):
 
 
 class RoleRequest(_Body):
-    """Switch a drained PD instance to `role` (`pd-prefill` or `pd-decode`)."""
+    """Switch a drained PD instance to `role` (`pd-prefill` or `pd-decode`); `epoch` is the
+    slow-loop lease's of the router that asks (`serve.instance.lease`: an epoch below the
+    highest the instance granted, or none once it granted one, is refused: 409 stale_epoch)."""
 
     role: str
+    epoch: int | None = Field(default=None, ge=1)
+
+
+class DrainRequest(_Body):
+    """The lease holder drains this instance for a flip (`timeout_s` from now; 0 ends the
+    drain): it reports `draining` in `/state`, so every router replica stops placing work on
+    it. Fenced by `epoch` as `RoleRequest` is."""
+
+    epoch: int | None = Field(default=None, ge=1)
+    timeout_s: float = Field(ge=0.0, le=86_400.0)
+
+
+class LeaseRequest(_Body):
+    """A router replica asks for (or renews, or gives up) the slow-loop lease at `epoch`
+    for `term_s` seconds of the instance's clock (`serve.instance.lease`)."""
+
+    holder: str = Field(min_length=1, max_length=200)
+    epoch: int = Field(ge=1)
+    term_s: float = Field(default=6.0, gt=0.0, le=60.0)
+    threshold_tokens: int | None = Field(default=None, ge=0)  # the asker's t, kept if granted
+
+
+class RoleSwitchBody(_Body):
+    """One role switch the instance made, with the lease epoch it was asked under."""
+
+    epoch: int | None
+    from_role: str
+    to_role: str
+    t_s: float  # the instance's monotonic clock
+
+
+class LeaseAnswer(_Body):
+    """The instance's lease now: `granted` whether the request that got this answer was
+    granted; `holder` the live grant's holder (None: none live); `epoch` the highest epoch
+    it ever granted (0: none); `remaining_s` of the live grant; `switches` its last role
+    switches (fenced by epoch); `threshold_tokens` the t its granted holder sent (the
+    other replicas route with it)."""
+
+    granted: bool = False
+    holder: str | None = None
+    epoch: int = 0
+    remaining_s: float = 0.0
+    switches: list[RoleSwitchBody] = []
+    threshold_tokens: int | None = None  # t as the holder of `epoch` last published it
 
 
 class ChatTurn(_Body):
@@ -292,6 +355,8 @@ class PrefillRequest(_Body):
     decode_transfer_host: str
     decode_transfer_port: int
     from_token: int = 0
+    router: str = Field(default="", max_length=200)  # the replica that placed it
+    work_s: float = Field(default=0.0, ge=0.0)  # its prefill seconds, as that router counts
 
 
 class PrefillResult(_Body):
@@ -315,6 +380,7 @@ class DecodeRequest(_Body):
     first_token: int
     sampling: Sampling
     first_finish_reason: Literal["stop"] | None = None  # PrefillResult's
+    router: str = Field(default="", max_length=200)  # the replica that placed it
 
 
 class DecodeChunk(_Body):

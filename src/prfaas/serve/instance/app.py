@@ -159,6 +159,20 @@ def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
     async def role(body: p.RoleRequest) -> p.InstanceInfo:
         return switch_role(rt, body)
 
+    @app.post("/lease")
+    async def lease(body: p.LeaseRequest) -> p.LeaseAnswer:
+        """The slow-loop lease (`serve.instance.lease`): granted or refused, never an error."""
+        return rt.lease.request(body)
+
+    @app.post("/drain")
+    async def drain(body: p.DrainRequest) -> p.LeaseAnswer:
+        """Drained for a flip: every router replica sees `draining` in /state (fenced)."""
+        return rt.lease.drain(body)
+
+    @app.post("/lease/release")
+    async def lease_release(body: p.LeaseRequest) -> p.LeaseAnswer:
+        return rt.lease.release(body)
+
     @app.post("/cached")
     async def cached(body: p.TokenizeResult) -> p.CachedResult:
         """Prompt tokens whose attention KV this pool holds (400 `unsupported_by_backend` for

@@ -80,6 +80,7 @@ from prfaas.serve.errors import (
     ServeError,
 )
 from prfaas.serve.instance.kv_claims import KvClaims
+from prfaas.serve.instance.lease import LeaseBook
 from prfaas.serve.instance.running_calls import RunningCalls
 from prfaas.serve.instance.stream_text import StreamedText
 from prfaas.serve.json_lines import json_line
@@ -107,23 +108,44 @@ PD_ROLES = (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE)
 
 @dataclass(slots=True)
 class Activity:
-    """Prefill and decode calls in progress, and the seconds with a prefill running."""
+    """Prefill and decode calls in progress (also by the router replica that placed them:
+    `by_router`, reported in `/state`), and the seconds with a prefill running."""
 
     prefills: int = 0
     decodes: int = 0
+    by_router: dict[str, p.RouterLoadBody] = field(default_factory=dict)
     _busy_s: float = 0.0
     _busy_since: float | None = None
 
-    def prefill_started(self) -> None:
+    def prefill_started(self, router: str = "", work_s: float = 0.0) -> None:
         if self.prefills == 0:
             self._busy_since = time.monotonic()
         self.prefills += 1
+        self._tally(router, work_s, 0)
 
-    def prefill_ended(self) -> None:
+    def prefill_ended(self, router: str = "", work_s: float = 0.0) -> None:
         self.prefills -= 1
         if self.prefills == 0 and self._busy_since is not None:
             self._busy_s += time.monotonic() - self._busy_since
             self._busy_since = None
+        self._tally(router, -work_s, 0)
+
+    def decode_started(self, router: str) -> None:
+        self.decodes += 1
+        self._tally(router, 0.0, 1)
+
+    def decode_ended(self, router: str) -> None:
+        self.decodes -= 1
+        self._tally(router, 0.0, -1)
+
+    def _tally(self, router: str, work_s: float, decodes: int) -> None:
+        """A router's work here; gone once none is left (a small body, bounded by the
+        replicas with calls in progress)."""
+        load = self.by_router.setdefault(router, p.RouterLoadBody())
+        load.prefill_work_s = max(0.0, load.prefill_work_s + work_s)
+        load.decodes += decodes
+        if load.decodes <= 0 and load.prefill_work_s <= 1e-9:
+            del self.by_router[router]
 
     @property
     def prefill_busy_s(self) -> float:
@@ -150,6 +172,7 @@ class InstanceRuntime:
     calls: RunningCalls = field(default_factory=RunningCalls)  # prefills, for /cancel
     link_probe: RouteProbe | None = None  # a PrfaaS instance's kernel link (kv_shipping)
     activity: Activity = field(default_factory=Activity)
+    lease: LeaseBook = field(default_factory=LeaseBook)  # slow-loop lease grants, fencing
     startup_error: ServeError | None = None  # why the backend did not start (`serve_instance`)
 
 
@@ -240,11 +263,11 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
         raise BadRequestError(f"instance {rt.spec.name} is not a prefill instance")
     check_vocabulary(rt, body.token_ids)
     peer = transfer_peer(rt, body.decode_transfer_host, body.decode_transfer_port)
-    rt.activity.prefill_started()
+    rt.activity.prefill_started(body.router, body.work_s)
     try:
         return await rt.calls.run(body.request_id, _run_prefill(rt, peer, body))
     finally:
-        rt.activity.prefill_ended()
+        rt.activity.prefill_ended(body.router, body.work_s)
 
 
 async def _run_prefill(
@@ -316,12 +339,12 @@ def cancel_request(rt: InstanceRuntime, request_id: str) -> p.CancelResult:
 async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
     """`DecodeChunk`s as JSON lines (`serve.json_lines`), their text decided before it is
     sent (`serve.instance.stream_text`); cancelled (client gone) -> the engine drops the request."""
-    rt.activity.decodes += 1
+    rt.activity.decode_started(body.router)
     try:
         async for line in _stream_decode(rt, body):
             yield line
     finally:
-        rt.activity.decodes -= 1
+        rt.activity.decode_ended(body.router)
 
 
 async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
@@ -430,7 +453,9 @@ async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.P
 
 
 def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
-    """A PD instance's new role; only while no prefill or decode call is in progress."""
+    """A PD instance's new role; only while no prefill or decode call is in progress, and
+    only under the newest slow-loop lease epoch it granted (`serve.instance.lease`)."""
+    rt.lease.check_epoch(body.epoch)
     try:
         role = InstanceRole(body.role)
     except ValueError:
@@ -444,6 +469,7 @@ def switch_role(rt: InstanceRuntime, body: p.RoleRequest) -> p.InstanceInfo:
         raise ConflictError(
             f"instance {rt.spec.name} is busy ({a.prefills} prefills, {a.decodes} decodes)"
         )
+    rt.lease.switched(body.epoch, rt.spec.role.value, role.value)
     rt.spec = rt.spec.model_copy(update={"role": role})
     rt.info = rt.info.model_copy(update={"role": role.value})
     return rt.info

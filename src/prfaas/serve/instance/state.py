@@ -61,6 +61,9 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
             for link in _link_signals(rt)
         ],
         resources=resources(rt),
+        lease=rt.lease.answer(rt.lease.clock()),
+        draining=rt.lease.is_draining(rt.lease.clock()),
+        load_by_router={r: load.model_copy() for r, load in rt.activity.by_router.items()},
     )
 
 

@@ -74,7 +74,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "name": i.name,
                 "role": i.role.value,
                 "configured_role": i.spec.role.value,
-                "draining": i.is_draining,
+                "draining": i.is_draining or i.is_reported_draining,
                 "flip_to": i.flip_to.value if i.flip_to is not None else None,
                 "inflight": i.inflight,
                 "cluster": i.spec.cluster,
@@ -105,6 +105,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
         "reasons": dict(rt.scheduler.reasons) if rt.registry.healthy() else {},
         "recent_decisions": list(rt.recent),
         "rebalance": admin_view(rt.slow_loop),
+        "lease": rt.lease.admin_view(),
     }
 
 
@@ -154,6 +155,7 @@ def _admin_routes(app: FastAPI, runtime: Callable[[], RouterRuntime]) -> None:
         rt = runtime()
         if not rt.deployment.rebalance.enabled:
             raise ConflictError("the slow loop is disabled (rebalance.enabled: false)")
+        rt.lease.fence()  # only the replica holding the lease runs it
         return {"actions": rt.slow_loop.step(rt), "threshold_tokens": rt.threshold_tokens}
 
 
@@ -187,7 +189,7 @@ def _lifespan(
             await registry.poll_once()
             tasks = [
                 asyncio.create_task(job)
-                for job in (watch.run(), registry.run(), rt.slow_loop.run(rt))
+                for job in (watch.run(), registry.run(), rt.slow_loop.run(rt), rt.lease.run(rt))
             ]
             try:
                 yield

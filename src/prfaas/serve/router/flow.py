@@ -72,6 +72,7 @@ from prfaas.serve.errors import (
 from prfaas.serve.json_lines import split_lines
 from prfaas.serve.router.admission import route_admitted
 from prfaas.serve.router.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
+from prfaas.serve.router.lease import LeaseKeeper
 from prfaas.serve.router.live_scheduler import build_scheduler
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.rebalance import SlowLoop
@@ -99,12 +100,14 @@ class RouterRuntime:
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
     )
     slow_loop: SlowLoop = field(init=False)
+    lease: LeaseKeeper = field(init=False)  # who runs the slow loop (serve.router.lease)
     moves: SingleFlight[MoveKey, dict[str, Any]] = field(default_factory=SingleFlight)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # `/cancel` calls
     _scheduler: GlobalScheduler | None = None
 
     def __post_init__(self) -> None:
         self.slow_loop = SlowLoop(self.deployment.rebalance)
+        self.lease = LeaseKeeper(self.deployment, self.metrics.registry, self.registry.replica_id)
 
     def now_s(self) -> float:
         return time.monotonic() - self.started_s
@@ -115,7 +118,13 @@ class RouterRuntime:
         published timing)."""
         if self._scheduler is None:
             self._scheduler = build_scheduler(self.deployment, self.registry, self.can_move_cache)
+            self.registry.ledger = self._scheduler.ledger  # other replicas' load goes there
         return self._scheduler
+
+    def follow(self, threshold_tokens: int | None) -> None:
+        """Route with the lease holder's t (this replica does not run the slow loop)."""
+        if self._scheduler is not None:
+            self._scheduler.follow(threshold_tokens)
 
     @property
     def can_move_cache(self) -> bool:
@@ -448,6 +457,8 @@ async def _prefill(
         decode_transfer_host=decode.info.transfer_host,
         decode_transfer_port=decode.info.transfer_port,
         from_token=from_token,
+        router=rt.registry.replica_id,
+        work_s=rt.scheduler.ledger.prefill_estimate_s(decision.request_id),
     )
     try:
         response = await rt.client.post(
@@ -500,6 +511,7 @@ async def _decode(
         first_token=prefilled.first_token,
         sampling=sampling,
         first_finish_reason=prefilled.first_finish_reason,
+        router=rt.registry.replica_id,
     )
     timeout = httpx.Timeout(rt.deployment.router.request_timeout_s, connect=2.0)
     try:

@@ -26,6 +26,8 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:instance_restarts{instance}             gauge    restarts seen (new boot_id)
     prfaas:role_flips_total{instance,to_role,status}  counter  done / abandoned flips
     prfaas:rebalance_actions_total{action,reason}  counter  slow-loop actions
+    prfaas:slow_loop_lease_held / _epoch / _changes_total{change}   the lease
+                                                   (registered by `serve.router.lease`)
     prfaas:cache_moves_total{status}               counter  cross-cluster prefix moves
     prfaas:cache_move_joins_total                  counter  requests that joined one in flight
     prfaas:cache_move_bytes_total                  counter  their bytes over the link

@@ -7,12 +7,14 @@
     POST /admin/instances/{name}/role {"role": ...}   flip(instance, role) by hand
 
 A flip drains first: the instance is marked draining (the `ClusterView` says not accepting,
-so the scheduler places nothing new on it), the router waits until the requests it placed on
-the instance finished their stage there (`LiveInstance.inflight` 0) and the instance reports no
-prefill or decode call in progress, then asks the instance to switch (`POST /role`), then
-routes the new role's work to it. A flip that does not drain within `drain_timeout_s`, or that
-the instance refuses, is abandoned: the instance keeps its role and accepts again. One flip at
-a time (the scheduler's rule too).
+so the scheduler places nothing new on it; the instance is told too, `POST /drain`, and says
+so in `/state`, so other router replicas stop placing work on it at their next poll), the
+router waits until the requests it placed on the instance finished their stage there
+(`LiveInstance.inflight` 0) and the instance reports no prefill or decode call in progress,
+then asks the instance to switch (`POST /role`), then routes the new role's work to it. A
+flip that does not drain within `drain_timeout_s`, or that the instance refuses, is
+abandoned: the instance keeps its role and accepts again. One flip at a time (the
+scheduler's rule too).
 
 Observed stats, measured as the simulator measures them (`sim.cluster.stage_stats`):
 
@@ -29,6 +31,7 @@ are the admission refusals by stage that drive the slow loop in overload (docs/s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -41,14 +44,22 @@ from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import InstanceRole, RebalanceSpec
-from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
+from prfaas.serve.errors import (
+    BadRequestError,
+    ConflictError,
+    ServeError,
+    StaleEpochError,
+    from_response,
+)
 from prfaas.serve.profile import LiveProfile
+from prfaas.serve.router.lease import TERM_S
 
 if TYPE_CHECKING:
     from prfaas.serve.router.flow import RouterRuntime
     from prfaas.serve.router.registry import LiveInstance
 
 PD_ROLES = (InstanceRole.PD_PREFILL, InstanceRole.PD_DECODE)
+DRAIN_HOLD_S = TERM_S  # how long one drain notice holds an instance out of routing
 TO_INSTANCE_ROLE = {
     Role.PD_PREFILL: InstanceRole.PD_PREFILL,
     Role.PD_DECODE: InstanceRole.PD_DECODE,
@@ -85,11 +96,14 @@ class SlowLoop:
     # --- the periodic step -------------------------------------------------------------------
 
     async def run(self, rt: RouterRuntime) -> None:
-        """Step every `period_s` (never when disabled); one failed step never stops the loop."""
+        """Step every `period_s` while this replica holds the slow-loop lease
+        (`serve.router.lease`; never when disabled); one failed step never stops the loop."""
         if not self.spec.enabled:
             return
         while True:
             await asyncio.sleep(self.spec.period_s)
+            if not rt.lease.is_held:
+                continue
             try:
                 self.step(rt)
             except Exception as err:  # reported in /admin/state; the loop goes on
@@ -155,7 +169,9 @@ class SlowLoop:
     def request_flip(
         self, rt: RouterRuntime, name: str, to_role: InstanceRole, *, trigger: str
     ) -> dict[str, Any]:
-        """Start draining `name` for `to_role` (returns at once; the flip runs as a task)."""
+        """Start draining `name` for `to_role` (returns at once; the flip runs as a task);
+        409 when this replica does not hold the slow-loop lease."""
+        rt.lease.fence()
         inst = rt.registry.instances.get(name)
         if inst is None:
             raise BadRequestError(f"no instance named {name!r}")
@@ -194,8 +210,10 @@ class SlowLoop:
             while True:
                 if not inst.is_healthy:
                     raise ConflictError("the instance failed while draining")
+                epoch = rt.lease.fence()  # a lease lost while draining abandons the flip
+                await self._drain(rt, inst, DRAIN_HOLD_S)
                 if inst.inflight == 0 and inst.active_calls == 0:
-                    info = await self._switch(rt, inst, to_role)
+                    info = await self._switch(rt, inst, to_role, epoch)
                     if info is not None:
                         break
                 if time.monotonic() > deadline:
@@ -204,25 +222,45 @@ class SlowLoop:
         except (ServeError, httpx.HTTPError) as err:
             record.update(status="abandoned", error=str(err) or repr(err))
             rt.metrics.role_flips.labels(inst.name, to_role.value, "abandoned").inc()
+            with contextlib.suppress(ServeError, httpx.HTTPError):
+                await self._drain(rt, inst, 0.0)  # the others may place work on it again
         else:
             inst.role_epoch += 1
-            inst.role = InstanceRole(info.role)
+            inst.role, inst.is_reported_draining = InstanceRole(info.role), False
             record.update(status="done", done_t_s=round(rt.now_s(), 3))
             rt.metrics.role_flips.labels(inst.name, to_role.value, "done").inc()
         finally:
             inst.is_draining, inst.flip_to = False, None
 
+    async def _drain(self, rt: RouterRuntime, inst: LiveInstance, timeout_s: float) -> None:
+        """Tell the instance it drains for `timeout_s` (0: no more), under the lease's epoch:
+        it says so in `/state`, so every router replica stops placing work on it. Renewed at
+        every look at the drain, for the lease's term only: a holder that dies or loses the
+        lease mid-drain leaves no instance out of routing for longer than that."""
+        body = p.DrainRequest(epoch=rt.lease.fence(), timeout_s=timeout_s)
+        response = await rt.client.post(
+            inst.spec.url + "/drain",
+            content=body.model_dump_json(),
+            headers={"content-type": "application/json"},
+        )
+        if response.status_code != 200:
+            raise from_response(response.status_code, response.content)
+
     async def _switch(
-        self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole
+        self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole, epoch: int | None
     ) -> p.InstanceInfo | None:
-        """Ask the instance to switch; None when it is still busy (409: try again later)."""
-        body = p.RoleRequest(role=to_role.value)
+        """Ask the instance to switch, under the lease's `epoch` (fencing: the instance
+        refuses a stale one); None when it is still busy (409: try again later)."""
+        body = p.RoleRequest(role=to_role.value, epoch=epoch)
         response = await rt.client.post(
             inst.spec.url + "/role",
             content=body.model_dump_json(),
             headers={"content-type": "application/json"},
         )
         if response.status_code == ConflictError.status_code:
+            refused = from_response(response.status_code, response.content)
+            if refused.code == StaleEpochError.code:
+                raise refused
             return None
         if response.status_code != 200:
             raise ConflictError(f"the instance refused: {response.text[:200]}")

@@ -20,11 +20,20 @@ track, and are not counted), and a request is never placed again on an instance 
 
 Roles live here, not in the deployment file: a PD instance's role is what it last reported
 (`/info`, `/state`) or what the router switched it to (`serve.router.rebalance`). An instance that
-drains for a role flip (`is_draining`) is not accepting either, nor a PrfaaS instance whose
+drains for a role flip (`is_draining`, or `is_reported_draining`: the instance says the
+lease holder, maybe another replica, drains it) is not accepting either, nor a PrfaaS instance whose
 kernel-shaped link is down (`is_link_up`: its `/state` says `link_up: false`, e.g. the link's
 delay line died; long prompts then go to PD-P at once until it is back); `inflight` counts
 the requests the router placed on it (prefill or decode stage) that have not finished that
 stage.
+
+Router replicas: each router process has its own `replica_id`, which it sends with every
+prefill and decode call; each instance reports its calls in progress by replica
+(`load_by_router` in `/state`), and every poll hands the other replicas' share to the
+scheduler's ledger (`DispatchLedger.set_foreign`), so routing and admission weigh the whole
+load on an instance, not only this router's. `inflight` stays this router's own count: it
+is what a flip's drain waits for on top of the instance's calls in progress (requests this
+router placed that have not yet called the instance).
 
 `view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
@@ -49,13 +58,14 @@ from pydantic import BaseModel
 
 from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
-from prfaas.scheduler import ClusterView, InstanceView, LinkView, Role
+from prfaas.scheduler import ClusterView, DispatchLedger, InstanceView, LinkView, Role
 from prfaas.scheduler.tiers import HitPricing, weighed_hits
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
 from prfaas.serve.profile import published_profile
 from prfaas.serve.router.breaker import FailureBreaker
+from prfaas.serve.router.lease import replica_id
 from prfaas.serve.router.overload import LoopWatch
 
 _Body = TypeVar("_Body", bound=BaseModel)
@@ -92,6 +102,7 @@ class LiveInstance:
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
     is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
+    is_reported_draining: bool = False  # drained for a flip by the lease holder (any replica)
 
     @property
     def name(self) -> str:
@@ -102,6 +113,7 @@ class LiveInstance:
         return (
             self.is_healthy
             and not self.is_draining
+            and not self.is_reported_draining
             and self.is_link_up
             and not self.breaker.is_open(time.monotonic())
         )
@@ -116,6 +128,8 @@ class Registry:
         self.index: GlobalKVCacheIndex | None = None
         self._client = client
         self.watch = watch if watch is not None else LoopWatch()
+        self.replica_id = replica_id()  # this router among replicas (serve.router.lease)
+        self.ledger: DispatchLedger | None = None  # the scheduler's, once it is built
 
     # --- polling ----------------------------------------------------------------------------
 
@@ -176,6 +190,7 @@ class Registry:
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
         inst.is_link_up = state.link_up is not False
+        inst.is_reported_draining = state.draining
         if state.role is not None and epoch == inst.role_epoch:
             inst.role = InstanceRole(state.role)
         now = time.monotonic()
@@ -185,6 +200,13 @@ class Registry:
         inst.last_poll_s = now
         inst.prefill_busy_s = state.prefill_busy_s
         inst.active_calls = state.active_prefills + state.active_decodes
+        if self.ledger is not None:
+            others = [v for r, v in state.load_by_router.items() if r != self.replica_id]
+            self.ledger.set_foreign(
+                instance_id,
+                sum(v.prefill_work_s for v in others),
+                sum(v.decodes for v in others),
+            )
 
     async def _get(self, inst: LiveInstance, path: str, kind: type[_Body]) -> _Body:
         response = await self._client.get(inst.spec.url + path, timeout=2.0)
