@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, ext_request
 
@@ -11,6 +13,7 @@ from prfaas.kvcache import (
     BlockStored,
     CacheConfig,
     CacheConfigError,
+    CacheMisuseError,
     ClusterId,
     EventStreamError,
     GlobalKVCacheIndex,
@@ -103,6 +106,54 @@ def test_bytes_promoted_are_the_bytes_demoted() -> None:
     assert again.num_promoted_pages == 4
     read = [cache.read_block(b) for b in again.attention[0].block_ids]
     assert read == [bytes([k + 1]) * 512 for k in range(4)]
+
+
+def demote_all(cache: HybridPrefixCache, storage: MemoryTierStorage) -> None:
+    """Serve "a" with distinct bytes per block, then push every block of it onto disk."""
+    allocation = cache.allocate(ext_request(cache, "a", [1, 2, 3, 4]))
+    assert isinstance(allocation, Allocation)
+    for k, block_id in enumerate(allocation.attention[0].block_ids):
+        cache.write_block(block_id, bytes([k + 1]) * 512)
+    cache.commit(RequestId("a"))
+    cache.release(RequestId("a"))
+    serve(cache, "b", [9, 8, 7, 6])
+    assert len(storage) == 4
+
+
+def test_deferred_promotions_do_the_bookkeeping_and_hand_the_bytes_to_the_caller() -> None:
+    caches = []
+    for _ in range(2):
+        storage, pages = MemoryTierStorage(), NumpyPageStorage(4, 512)
+        cache = HybridPrefixCache(tiered().config, InstanceId("i0"), pages, storage)
+        demote_all(cache, storage)
+        cache.take_events()
+        caches.append((cache, storage, pages))
+    (whole, _, _), (deferred, disk, pages) = caches
+    now = whole.allocate(ext_request(whole, "c", [1, 2, 3, 4]))
+    later = deferred.allocate(ext_request(deferred, "c", [1, 2, 3, 4]), defer_promotions=True)
+    assert isinstance(now, Allocation) and isinstance(later, Allocation)
+    # The same pages, events, stats and counters: only the bytes wait.
+    assert now.pending_loads == ()
+    assert dataclasses.replace(later, pending_loads=()) == now
+    assert deferred.take_events() == whole.take_events()
+    assert deferred.stats() == whole.stats()
+    assert deferred.tier_counters == whole.tier_counters
+    hashes = deferred.config.hash_scheme.hash_external([1, 2, 3, 4])
+    assert sorted(m.key for m in later.pending_loads) == sorted((0, h) for h in hashes)
+    for move in later.pending_loads:  # still in the tier's storage, for the caller to read
+        pages.write(move.pages, disk.get(move.key))
+    read = [deferred.read_block(b) for b in later.attention[0].block_ids]
+    assert read == [bytes([k + 1]) * 512 for k in range(4)]
+
+
+def test_a_torn_unit_is_refused_when_loaded_whole() -> None:
+    storage = MemoryTierStorage()
+    cache = HybridPrefixCache(tiered().config, InstanceId("i0"), NumpyPageStorage(4, 512), storage)
+    demote_all(cache, storage)
+    key = (0, cache.config.hash_scheme.hash_external([1])[0])
+    storage.put(key, storage.get(key)[:100])  # a unit cut short on its medium
+    with pytest.raises(CacheMisuseError, match="torn"):
+        cache.allocate(ext_request(cache, "c", [1, 2, 3, 4]))
 
 
 def test_the_index_knows_the_tier_and_counts_hit_blocks_below_dram() -> None:

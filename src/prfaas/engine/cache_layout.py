@@ -144,6 +144,20 @@ class GroupCodec:
     def slot_of(self, layer_index: int) -> LayerSlot | None:
         return next((s for s in self.slots if s.layer_index == layer_index), None)
 
+    def slot_range(self, slot: LayerSlot) -> tuple[int, int]:
+        """Where one layer's parts lie in a unit: bytes [start, stop)."""
+        start = slot.parts[0].offset_bytes
+        return start, start + slot.nbytes
+
+    def layer_codec(self, slot: LayerSlot) -> GroupCodec:
+        """This group cut down to one layer, its part offsets counted from the layer's start:
+        the codec of the bytes `slot_range` delimits (a layer loaded on its own)."""
+        start, _ = self.slot_range(slot)
+        parts = tuple(
+            dataclasses.replace(p, offset_bytes=p.offset_bytes - start) for p in slot.parts
+        )
+        return dataclasses.replace(self, slots=(LayerSlot(slot.layer_index, parts),))
+
 
 @dataclass(frozen=True, slots=True)
 class CacheLayout:

@@ -5,9 +5,10 @@ and within what capacity; this class holds their bytes, one file per unit:
 
     <directory>/g<group>-<hash as 16 hex digits>.unit      (exactly the unit's bytes)
 
-`HybridPrefixCache` writes a unit here when the pool evicts it (`put`), reads it back into
-fresh pages when a hit reaches it (`get`, then `delete`), and deletes it when the disk tier
-evicts it or DRAM computes it afresh. Writes go to a temporary name and are renamed into
+`HybridPrefixCache` writes a unit here when the pool evicts it (`put`) and deletes it when the
+disk tier evicts it or DRAM computes it afresh; when a hit reaches it, the engine's reader
+(`engine.layer_load`) reads it back into fresh pages layer by layer from `path_of(key)`, then
+deletes it. Writes go to a temporary name and are renamed into
 place, so a crash never leaves a torn unit under a real name.
 
 Cold restart: the bookkeeping lives in the process, so a restarted instance cannot vouch for

@@ -9,8 +9,9 @@ own cache object; this class keeps the pool in step with it:
               when the prefill stands exactly on a snapshot boundary, and at the end of the
               prefill the partial tail block and the live state
     import    exported records -> cache object -> pool (decode side of disaggregation)
-    disk      with `EngineConfig.disk_tier`, units the pool evicts are kept as files and a hit
-              loads them back into its pages inside `allocate`, before `restore` reads them
+    disk      with `EngineConfig.disk_tier`, units the pool evicts are kept as files; a hit
+              reserves pages for them in `allocate` and the prefill loads them back layer by
+              layer (`layer_load`), each layer installed with `restore_layer` once it is in
 
 Prompt hashing: only blocks that end before the last prompt token get an identity
 (`hash_tokens(prompt[:-1])`). The engine needs the last token's logits, so a hit can never
@@ -65,9 +66,9 @@ class PagedCache:
             lower_tier=config.disk_tier.tier_spec() if config.disk_tier else None,
         )
         self.storage = TorchPageStorage(self.config.num_pages, self.config.layout.page_bytes)
-        disk = FileTierStorage(config.disk_tier.directory) if config.disk_tier else None
+        self.disk = FileTierStorage(config.disk_tier.directory) if config.disk_tier else None
         self.pool = HybridPrefixCache(
-            self.config, InstanceId(config.instance_id), self.storage, disk
+            self.config, InstanceId(config.instance_id), self.storage, self.disk
         )
 
     @property
@@ -89,23 +90,40 @@ class PagedCache:
         )
 
     def allocate(self, request: CacheRequest) -> Allocation | OutOfPages:
-        return self.pool.allocate(request)
+        """Pages for the request; units of its hit on disk stay to be loaded by the prefill
+        (`Allocation.pending_loads`, read layer by layer by `layer_load`)."""
+        return self.pool.allocate(request, defer_promotions=True)
 
     # --- pool -> cache object ------------------------------------------------------------
 
     def restore(self, allocation: Allocation) -> Any:
         """A cache object holding the hit: attention blocks and the state at that boundary."""
         cache = self.layout.new_cache()
-        hit_blocks = allocation.match.hit_blocks
-        if hit_blocks == 0:
-            return cache
-        self.restore_attention(cache, allocation, hit_blocks)
-        hit_tokens = hit_blocks * self.block_tokens
-        for codec, blocks in zip(self._state_codecs(), allocation.state, strict=True):
-            assert blocks.restore_from is not None  # a hit always carries its state
-            row = self.storage.gather_units([self.pool.pages_of(blocks.restore_from)])
-            install_state(cache, codec, state_from_row(row, codec, hit_tokens), hit_tokens)
+        if allocation.match.hit_blocks:
+            for layer_index in range(self.layout.num_layers):
+                self.restore_layer(cache, allocation, layer_index)
         return cache
+
+    def restore_layer(self, cache: Any, allocation: Allocation, layer_index: int) -> None:
+        """Layer `layer_index` of the hit into the cache object, from that layer's bytes of
+        each unit only (its other layers may still be on their way from disk)."""
+        hit_blocks = allocation.match.hit_blocks
+        hit_tokens = hit_blocks * self.block_tokens
+        for codec, blocks in zip(self._attention_codecs(), allocation.attention, strict=True):
+            slot = codec.slot_of(layer_index)
+            if slot is not None:
+                units = [self.pool.pages_of(b) for b in blocks.block_ids[:hit_blocks]]
+                rows = self.storage.gather_range(units, *codec.slot_range(slot))
+                one = codec.layer_codec(slot)
+                install_attention(cache, one, attention_from_rows(rows, one, hit_tokens))
+        for codec, state in zip(self._state_codecs(), allocation.state, strict=True):
+            slot = codec.slot_of(layer_index)
+            if slot is not None:
+                assert state.restore_from is not None  # a hit always carries its state
+                units = [self.pool.pages_of(state.restore_from)]
+                row = self.storage.gather_range(units, *codec.slot_range(slot))
+                one = codec.layer_codec(slot)
+                install_state(cache, one, state_from_row(row, one, hit_tokens), hit_tokens)
 
     def restore_attention(self, cache: Any, allocation: Allocation, num_blocks: int) -> None:
         for codec, blocks in zip(self._attention_codecs(), allocation.attention, strict=True):

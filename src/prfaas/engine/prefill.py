@@ -29,6 +29,7 @@ from prfaas.engine.cache_io import install_attention, install_state
 from prfaas.engine.cache_layout import LayerKind
 from prfaas.engine.errors import CacheImportError
 from prfaas.engine.export import ExportCallback, ExportedPrefill, LayerExportHooks, record_tensors
+from prfaas.engine.layer_load import LayerLoading
 from prfaas.engine.paged_cache import PagedCache
 from prfaas.kvcache import Allocation
 
@@ -74,9 +75,38 @@ def run_prefill(
     on_layer: ExportCallback | None = None,
     export_from_token: int = 0,
 ) -> PrefillRun:
-    """Restore the hit, run the rest of the prompt in chunks, keep the pool in step."""
-    block = paged.block_tokens
+    """Restore the hit (its units on disk loaded layer by layer as the first forward
+    reaches each layer), run the rest of the prompt in chunks, keep the pool in step."""
     cache = paged.restore(allocation)
+    loading = LayerLoading.start(model, paged, allocation, cache)
+    try:
+        return _run_chunks(
+            model,
+            paged,
+            allocation,
+            prompt,
+            cache,
+            chunk_tokens=chunk_tokens,
+            on_layer=on_layer,
+            export_from_token=export_from_token,
+        )
+    finally:
+        if loading is not None:
+            loading.close()
+
+
+def _run_chunks(
+    model: Any,
+    paged: PagedCache,
+    allocation: Allocation,
+    prompt: Sequence[int],
+    cache: Any,
+    *,
+    chunk_tokens: int,
+    on_layer: ExportCallback | None,
+    export_from_token: int,
+) -> PrefillRun:
+    block = paged.block_tokens
     hit = allocation.match.hit_tokens
     boundaries = [b * block for b, _ in allocation.state[0].snapshots] if allocation.state else []
     n = len(prompt)

@@ -81,5 +81,32 @@ class TorchPageStorage:
         flat = [page for pages in units for page in pages]
         self.buffer[self._index(flat)] = rows.reshape(len(flat), self.page_bytes)
 
+    def gather_range(
+        self, units: Sequence[Sequence[PageId]], start: int, stop: int
+    ) -> torch.Tensor:
+        """Bytes [start, stop) of each unit (of equal page count) as rows: one layer's share,
+        copied from only the pages that hold it."""
+        if not units or stop <= start:
+            return self.buffer.new_zeros((len(units), 0))
+        first, last = start // self.page_bytes, (stop - 1) // self.page_bytes
+        flat = [pages[k] for pages in units for k in range(first, last + 1)]
+        rows = self.buffer[self._index(flat)].view(len(units), -1)
+        base = first * self.page_bytes
+        return rows[:, start - base : stop - base]
+
+    def write_range(self, pages: Sequence[PageId], offset: int, data: bytes) -> None:
+        """Write `data` at byte `offset` of the unit held by `pages` (a layer's share of a
+        unit read from disk), touching no other byte of those pages."""
+        if offset < 0 or offset + len(data) > len(pages) * self.page_bytes:
+            raise CacheMisuseError(f"{len(data)} bytes at {offset} do not fit {len(pages)} pages")
+        source = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else None
+        done = 0
+        while source is not None and done < len(data):
+            page, within = divmod(offset + done, self.page_bytes)
+            size = min(self.page_bytes - within, len(data) - done)
+            target = self.buffer[pages[page], within : within + size]
+            target.copy_(source[done : done + size])
+            done += size
+
     def _index(self, pages: Sequence[PageId]) -> torch.Tensor:
         return torch.tensor(list(pages), dtype=torch.long, device=self.buffer.device)

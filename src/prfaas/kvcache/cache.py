@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from prfaas.kvcache.block_pool import BlockPool
 from prfaas.kvcache.coordinator import CacheCoordinator
-from prfaas.kvcache.errors import CacheConfigError, StorageUnavailableError
+from prfaas.kvcache.errors import CacheConfigError, CacheMisuseError, StorageUnavailableError
 from prfaas.kvcache.events import CacheEvent
 from prfaas.kvcache.hashing import HASH_ALGORITHM, CacheIdentity, HashScheme, model_fingerprint
 from prfaas.kvcache.ids import BlockId, InstanceId, PageId, RequestId, TransferId
@@ -171,13 +171,25 @@ class HybridPrefixCache:
         return self.plan(request, match).fits
 
     def allocate(
-        self, request: CacheRequest, match: PrefixMatch | None = None
+        self,
+        request: CacheRequest,
+        match: PrefixMatch | None = None,
+        *,
+        defer_promotions: bool = False,
     ) -> Allocation | OutOfPages:
         """Reference the matched prefix and allocate the rest, evicting LRU blocks if needed.
         `OutOfPages` (nothing changed) when even a full eviction would not make room.
-        Units of the hit held in the lower tier are loaded back into their new pages."""
+
+        Units of the hit held in the lower tier are loaded back into their new pages, or, with
+        `defer_promotions`, only reserved: the bookkeeping (pages, events, counters) is done
+        and `Allocation.pending_loads` names what the caller must read into which pages before
+        it reads them (the engine loads them layer by layer while its prefill runs)."""
         allocation = self._coordinator.allocate(request, match)
-        self._carry_out(self._pool.take_moves())
+        moves = self._pool.take_moves()
+        self._carry_out(moves, load_promotions=not defer_promotions)
+        if defer_promotions and isinstance(allocation, Allocation):
+            pending = tuple(m for m in moves if isinstance(m, Promoted))
+            allocation = dataclasses.replace(allocation, pending_loads=pending)
         return allocation
 
     def commit(self, request_id: RequestId, num_blocks: int | None = None) -> int:
@@ -251,9 +263,11 @@ class HybridPrefixCache:
         """Copy a unit within one group: restore a snapshot into the live state, or take one."""
         self._require_storage().copy(self.pages_of(source), self.pages_of(target))
 
-    def _carry_out(self, moves: list[TierMove]) -> None:
+    def _carry_out(self, moves: list[TierMove], *, load_promotions: bool = True) -> None:
         """Move the bytes the pool's bookkeeping moved, in order: a demoted unit's pages are
-        read before a promotion in the same call may overwrite them."""
+        read before a promotion in the same call may overwrite them. Without
+        `load_promotions`, promotions are only counted (their caller loads them later, after
+        this call's demotions have read their pages)."""
         page_bytes = self.config.layout.page_bytes
         for move in moves:
             if isinstance(move, Demoted):
@@ -266,8 +280,12 @@ class HybridPrefixCache:
             if isinstance(move, Demoted):
                 self._tier_storage.put(move.key, self._storage.read(move.pages, unit_bytes))
             elif isinstance(move, Promoted):
-                self._storage.write(move.pages, self._tier_storage.get(move.key))
-                self._tier_storage.delete(move.key)
+                if load_promotions:
+                    data = self._tier_storage.get(move.key)
+                    if len(data) != unit_bytes:
+                        raise CacheMisuseError(f"unit {move.key} is torn: {len(data)} bytes")
+                    self._storage.write(move.pages, data)
+                    self._tier_storage.delete(move.key)
             else:
                 self._tier_storage.delete(move.key)
 

@@ -15,7 +15,8 @@ Snapshots travel with their attention blocks: the pool releases a prefix deepest
 snapshot at boundary b just before the block ending at b), so both reach the LRU, and the lower
 tier, side by side, and leave it in that order too. The hit rule is unchanged: a boundary
 counts only when every group can restore it from some tier, and `allocate` promotes the
-lower-tier units of a hit before the engine reads them, so a hit is whole in DRAM when used.
+lower-tier units of a hit before the engine reads them (or hands their loads to the engine,
+which reads them layer by layer: `defer_promotions`), so a hit is whole in DRAM when used.
 
 This module is pure bookkeeping (no files, no clock). The bytes move through the
 `TierStorage` of the tier's owner, driven by the `TierMove` commands the pool records

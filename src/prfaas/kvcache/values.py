@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from prfaas.kvcache.errors import InvalidRequestError
 from prfaas.kvcache.ids import BlockHash, BlockId, PageId, RequestId, TransferId
+from prfaas.kvcache.tiers import Promoted
 
 
 class BlockKind(StrEnum):
@@ -173,6 +174,9 @@ class Allocation:
     state: tuple[StateBlocks, ...]
     num_new_pages: int  # promoted pages included
     num_promoted_pages: int = 0  # pages loaded back from a lower tier for this hit
+    #: Promotions whose bytes the caller owes (`allocate(..., defer_promotions=True)`): the
+    #: pages are reserved and the events sent, the bytes are still in the lower tier.
+    pending_loads: tuple[Promoted, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
