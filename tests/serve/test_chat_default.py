@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import httpx
 from serve_helpers import fake_info
 
 from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.edge.openai_api import ChatCompletionRequest
 from prfaas.serve.router import completions
 from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.registry import Registry
 
@@ -18,7 +18,7 @@ def _runtime(chat_runs_to_context: bool) -> RouterRuntime:
     """A torch deployment file whose instances say what their engine does in `/info`."""
     deployment = default_deployment()
     assert deployment.backend is Backend.TORCH
-    client = httpx.AsyncClient()
+    client = HttpInstanceClient()
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         info = fake_info(inst.name, inst.role.value)

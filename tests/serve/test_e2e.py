@@ -22,6 +22,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import RouterSpec, default_deployment
 from prfaas.serve.launch.launcher import Launcher
 from prfaas.transfer import linkemu
@@ -366,11 +367,12 @@ def test_a_prefix_cached_at_pd_p_moves_to_prfaas_for_a_long_follow_up(
 def test_the_decode_instance_gets_only_the_kv_it_lacks(
     launcher: Launcher, client: openai.OpenAI
 ) -> None:
-    """Only what the decode side lacks travels: the decode instance says which prefix it holds
-    (`/cached`); the prefill ships attention KV only from there (plus the final states). Same
-    text."""
+    """Only what the decode side lacks travels: the router's index of the decode instance's
+    cache events says which prefix it holds (as its `/cached` does); the prefill ships
+    attention KV only from there (plus the final states). Same text."""
     prompt = "Decode keeps what it imported; only the tail travels again. " * 1  # PD-P
     first_text, first = _complete(client, prompt)
+    _wait_router_applied(launcher, first["decode_instance"])
     second_text, second = _complete(client, prompt)
     assert first["path"] == second["path"] == "pd-p"
     assert second_text == first_text
@@ -379,8 +381,23 @@ def test_the_decode_instance_gets_only_the_kv_it_lacks(
     signed = launcher.instance_auth()
     tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}, auth=signed).json()
     held = httpx.post(decode.url + "/cached", json=tokens, auth=signed).json()["tokens"]
-    tokens = tokens["token_ids"]
+    tokens = p.unpack_token_ids(tokens["token_ids"])
     assert held == (len(tokens) - 1) // 16 * 16 > 0
+
+
+def _wait_router_applied(launcher: Launcher, name: str) -> None:
+    """Until the router has applied every cache event instance `name` has published."""
+    url = launcher.deployment.instance(name).url
+    signed = launcher.instance_auth()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        published = httpx.get(url + "/state", params={"since": 10**9}, auth=signed).json()
+        state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
+        seen = next(i for i in state["instances"] if i["name"] == name)
+        if seen["cache_events_applied"] >= published["next_seq"] > 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the router never applied {name}'s cache events")
 
 
 def _tbf(netns: str) -> tuple[int, int]:

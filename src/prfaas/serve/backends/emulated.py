@@ -60,7 +60,7 @@ from prfaas.specs.catalog import get_chip, get_model, profile_for
 from prfaas.specs.model import ModelSpec
 from prfaas.transfer import identity_for
 
-BOS_ID = 257
+BOS_ID = p.BYTE_BOS_ID
 VOCAB_SIZE = 259  # the byte tokenizer's (engine.tokenizer): bytes, <pad>, <bos>, <eos>
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
 MAX_EVENT_LOG = 200_000
@@ -151,6 +151,7 @@ class EmulatedBackend:
                 self.scaled_kv_bytes,
             ),
             vocab_size=VOCAB_SIZE,
+            byte_tokenizer=True,
         )
         self.num_waiting = 0
         self.num_running = 0
@@ -191,11 +192,10 @@ class EmulatedBackend:
         self._check_alive()
         if not text:
             raise BadRequestError("the prompt is empty")
-        ids = list(text.encode("utf-8"))
-        return [BOS_ID, *ids] if add_special_tokens else ids
+        return p.byte_prompt_ids(text, add_special_tokens=add_special_tokens)
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
-        return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
+        return p.byte_text(token_ids)
 
     def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
         return [e for e in self._events if e.seq >= seq], self._next_seq

@@ -99,6 +99,7 @@ class BackendInfo:
     vocab_size: int | None = None  # None: the engine checks token ids itself (vLLM)
     computes_logprobs: bool = False  # its engine reports token logprobs (torch)
     chat_runs_to_context: bool = False  # a chat without max_tokens runs to the context (vLLM)
+    byte_tokenizer: bool = False  # prompts are `protocol.byte_prompt_ids` (the router encodes)
 
 
 Item = KvSlice | PrefillDone | Token | Finished | BaseException

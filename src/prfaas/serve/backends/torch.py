@@ -39,7 +39,7 @@ from prfaas.engine import (
 )
 from prfaas.engine.disk_tier import DiskTierConfig
 from prfaas.engine.sampling import TokenLogprob
-from prfaas.engine.tokenizer import Tokenizer
+from prfaas.engine.tokenizer import ByteTokenizer, Tokenizer
 from prfaas.kvcache import GroupKind
 from prfaas.serve import errors
 from prfaas.serve import protocol as p
@@ -416,6 +416,7 @@ class TorchBackend(EngineWorker):
             ),
             vocab_size=int(model.hf_config.vocab_size),
             computes_logprobs=True,
+            byte_tokenizer=isinstance(model.tokenizer, ByteTokenizer) and not model.is_chat,
         )
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:

@@ -182,6 +182,7 @@ def build_runtime(deployment: Deployment, name: str) -> InstanceRuntime:
         vocab_size=facts.vocab_size,
         computes_logprobs=facts.computes_logprobs,
         chat_runs_to_context=facts.chat_runs_to_context,
+        byte_tokenizer=facts.byte_tokenizer,
     )
     config = shipping.config(transfer_secret(deployment))
     return InstanceRuntime(spec, deployment, backend, info, shipping, config)

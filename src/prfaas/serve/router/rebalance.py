@@ -34,8 +34,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from prfaas.kvcache.ids import InstanceId
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
@@ -43,6 +41,7 @@ from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import InstanceRole, RebalanceSpec
 from prfaas.serve.errors import BadRequestError, ConflictError, ServeError
 from prfaas.serve.profile import LiveProfile
+from prfaas.serve.router.instance_client import CallRefused, InstanceCallError
 
 if TYPE_CHECKING:
     from prfaas.serve.router.flow import RouterRuntime
@@ -201,7 +200,7 @@ class SlowLoop:
                 if time.monotonic() > deadline:
                     raise ConflictError(f"not drained within {self.spec.drain_timeout_s:g} s")
                 await asyncio.sleep(interval)
-        except (ServeError, httpx.HTTPError) as err:
+        except (ServeError, InstanceCallError, ValueError) as err:
             record.update(status="abandoned", error=str(err) or repr(err))
             rt.metrics.role_flips.labels(inst.name, to_role.value, "abandoned").inc()
         else:
@@ -217,16 +216,12 @@ class SlowLoop:
     ) -> p.InstanceInfo | None:
         """Ask the instance to switch; None when it is still busy (409: try again later)."""
         body = p.RoleRequest(role=to_role.value)
-        response = await rt.client.post(
-            inst.spec.url + "/role",
-            content=body.model_dump_json(),
-            headers={"content-type": "application/json"},
-        )
-        if response.status_code == ConflictError.status_code:
-            return None
-        if response.status_code != 200:
-            raise ConflictError(f"the instance refused: {response.text[:200]}")
-        return p.InstanceInfo.model_validate_json(response.content)
+        try:
+            return await rt.client.role(inst.spec.url, body)
+        except CallRefused as err:
+            if err.status_code == ConflictError.status_code:
+                return None
+            raise ConflictError(f"the instance refused: {err.message}") from None
 
     async def close(self) -> None:
         for task in list(self._tasks):

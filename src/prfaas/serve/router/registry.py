@@ -11,7 +11,8 @@ nothing on it, and its cache entries leave the index until it is back. A request
 never marks an instance, and neither does the router's own slowness (`is_own_failure`): a
 poll or probe that timed out while the router's event loop was stalled (`overload.LoopWatch`)
 or that waited for a pooled connection proves nothing about the instance. Polls and probes
-use a client of their own (`client`), so request traffic never starves them of connections.
+use an `InstanceClient` of their own (`client`), so request traffic never starves them of
+connections.
 An instance's own failures (5xx answers while it answers its polls: an engine that died) do
 mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
 `request_served`), and a request is never placed again on an instance that failed it
@@ -38,10 +39,6 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-import httpx
-from pydantic import BaseModel
 
 from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
@@ -50,9 +47,10 @@ from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.errors import IncompatibleInstanceError
 from prfaas.serve.router.breaker import FailureBreaker
+from prfaas.serve.router.instance_client import CallBroke, InstanceCallError, InstanceClient
 from prfaas.serve.router.overload import LoopWatch
 
-_Body = TypeVar("_Body", bound=BaseModel)
+POLL_TIMEOUT_S = 2.0
 PROBE_TRIES = 2
 PROBE_TIMEOUT_S = 2.0
 PROBE_SINCE = 2**62  # a /state that lists no cache events
@@ -103,7 +101,7 @@ class LiveInstance:
 
 class Registry:
     def __init__(
-        self, deployment: Deployment, client: httpx.AsyncClient, watch: LoopWatch | None = None
+        self, deployment: Deployment, client: InstanceClient, watch: LoopWatch | None = None
     ) -> None:
         self.deployment = deployment
         self.instances = {s.name: LiveInstance(s, s.role) for s in deployment.instances}
@@ -129,17 +127,17 @@ class Registry:
         epoch = inst.role_epoch
         started_s = time.monotonic()
         try:
-            state = await self._get(inst, f"/state?since={inst.next_seq}", p.InstanceState)
+            state = await self._state(inst, inst.next_seq)
             if inst.info is None or state.boot_id != inst.info.boot_id or not inst.is_healthy:
                 state = await self._register(inst, epoch)
-        except (httpx.HTTPError, ValueError, IncompatibleInstanceError) as err:
+        except (InstanceCallError, ValueError, IncompatibleInstanceError) as err:
             if self.is_own_failure(err, started_s):
                 self.mark_failed(inst.name)
             return
         self._apply(inst, state, epoch)
 
     async def _register(self, inst: LiveInstance, epoch: int) -> p.InstanceState:
-        info = await self._get(inst, "/info", p.InstanceInfo)
+        info = await self._client.info(inst.spec.url)
         identity = info.cache.identity()
         if self.index is None:
             self.index = GlobalKVCacheIndex(identity)
@@ -153,7 +151,7 @@ class Registry:
         inst.last_poll_s = None
         if epoch == inst.role_epoch:
             inst.role = InstanceRole(info.role)
-        return await self._get(inst, "/state?since=0", p.InstanceState)
+        return await self._state(inst, 0)
 
     def _apply(self, inst: LiveInstance, state: p.InstanceState, epoch: int) -> None:
         assert self.index is not None
@@ -180,10 +178,8 @@ class Registry:
         inst.prefill_busy_s = state.prefill_busy_s
         inst.active_calls = state.active_prefills + state.active_decodes
 
-    async def _get(self, inst: LiveInstance, path: str, kind: type[_Body]) -> _Body:
-        response = await self._client.get(inst.spec.url + path, timeout=2.0)
-        response.raise_for_status()
-        return kind.model_validate_json(response.content)
+    async def _state(self, inst: LiveInstance, since: int) -> p.InstanceState:
+        return await self._client.state(inst.spec.url, since, timeout_s=POLL_TIMEOUT_S)
 
     async def probe(self, inst: LiveInstance) -> bool:
         """Whether `inst` answers a health probe now (GET /state on a fresh connection, twice
@@ -193,17 +189,16 @@ class Registry:
         for _ in range(PROBE_TRIES):
             started_s = time.monotonic()
             try:
-                response = await self._client.get(
-                    inst.spec.url + "/state?since=" + str(PROBE_SINCE),
-                    timeout=PROBE_TIMEOUT_S,
-                    headers={"connection": "close"},
+                await self._client.state(
+                    inst.spec.url, PROBE_SINCE, timeout_s=PROBE_TIMEOUT_S, fresh_connection=True
                 )
-            except httpx.HTTPError as err:
+            except CallBroke as err:
                 if not self.is_own_failure(err, started_s):
                     return True
                 continue
-            if response.status_code == 200:
-                return True
+            except (InstanceCallError, ValueError):
+                continue
+            return True
         return False
 
     def request_failed(self, name: str) -> None:
@@ -220,9 +215,9 @@ class Registry:
         `err` shows the instance failing: a refusal, a reset, an error status or a bad body
         do; a wait for one of the router's pooled connections does not, nor a timeout while
         the router's own loop was stalled (it could not have read the answer in time)."""
-        if isinstance(err, httpx.PoolTimeout):
+        if isinstance(err, CallBroke) and err.is_pool_wait:
             return False
-        if isinstance(err, httpx.TimeoutException):
+        if isinstance(err, CallBroke) and err.is_timeout:
             return not self.watch.stalled_since(started_s)
         return True
 
@@ -283,6 +278,16 @@ class Registry:
         match = self.index.match(hashes, max_hit)
         return {i: blocks * scheme.block_tokens for i, blocks in match.per_instance.items()}
 
+    def attention_tokens(self, name: str, token_ids: Sequence[int]) -> int:
+        """Prompt tokens whose attention KV instance `name` holds (block aligned, the last
+        token never counted), as its cache events have told the index."""
+        instance_id = InstanceId(name)
+        if self.index is None or instance_id not in self.index.instances or len(token_ids) < 2:
+            return 0
+        scheme = self.index.identity.scheme
+        hashes = scheme.hash_tokens(list(token_ids[:-1]))
+        return self.index.attention_blocks(instance_id, hashes) * scheme.block_tokens
+
     def indexed_blocks(self, name: str) -> int:
         """Block entries (all groups) the global index holds for instance `name`."""
         instance_id = InstanceId(name)
@@ -314,6 +319,12 @@ class Registry:
         context (`InstanceInfo.chat_runs_to_context`: the vllm backend's, as `vllm serve`)."""
         infos = [i.info for i in self.healthy() if i.info is not None]
         return bool(infos) and all(info.chat_runs_to_context for info in infos)
+
+    def byte_tokenizer(self) -> bool:
+        """Whether every instance's prompts are the byte tokenizer's
+        (`InstanceInfo.byte_tokenizer`): the router then encodes them itself."""
+        infos = [i.info for i in self.healthy() if i.info is not None]
+        return bool(infos) and all(info.byte_tokenizer for info in infos)
 
     def max_context_tokens(self) -> int | None:
         """The served model's context, as every instance that registered reported it (it is
