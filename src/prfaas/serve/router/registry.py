@@ -4,15 +4,14 @@ The router pulls every instance's `/state` each `poll_interval_s` (load, new cac
 sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered with
 the global index, dropping what it held (stale entries of a restarted peer: llm-d PR #2187), and its
 `restarts` count grows.
-An instance that does not answer
-its poll, or whose call broke and then fails its health `probe` too (`serve.router.flow._judge`), is
-marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
-nothing on it, and its cache entries leave the index until it is back. A request's own error
-never marks an instance, and neither does the router's own slowness (`is_own_failure`): a
-poll or probe that timed out while the router's event loop was stalled (`overload.LoopWatch`)
-or that waited for a pooled connection proves nothing about the instance. Polls and probes
-use an `InstanceClient` of their own (`client`), so request traffic never starves them of
-connections.
+An instance that does not answer its poll, or whose call broke and then fails its health
+`probe` too (`serve.router.attempts.judge`), is marked unhealthy: `is_accepting` is False in
+the `ClusterView`, so the scheduler places nothing on it, and its cache entries leave the
+index until it is back. A request's own error never marks an instance, and neither does the
+router's own slowness (`is_own_failure`): a poll or probe that timed out while the router's
+event loop was stalled (`overload.LoopWatch`) or that waited for a pooled connection proves
+nothing about the instance. Polls and probes use an `InstanceClient` of their own
+(`client`), so request traffic never starves them of connections.
 An instance's own failures (5xx answers while it answers its polls: an engine that died) do
 mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
 `request_served`), and a request is never placed again on an instance that failed it
