@@ -60,7 +60,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prfaas.kvcache.ids import RequestId
+from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import GlobalScheduler, RouteDecision, RouteRequest
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment
@@ -413,16 +413,19 @@ async def _prefill(
 
 
 def _decode_holds(rt: RouterRuntime, decode: LiveInstance, tokens: list[int]) -> int:
-    """The prompt tokens whose attention KV the decode instance holds, as the router's
-    index of its cache events has them: the prefill ships only the rest. 0 for an instance
-    that cannot take part (its backend neither moves nor reports prefixes) or reuse off."""
-    if (
-        decode.info is None
-        or not (decode.info.can_move_prefix or decode.info.reports_cached_prefix)
-        or not rt.deployment.router.decode_reuse
-    ):
+    """The prompt tokens the decode instance can take from its own pool, as the router's
+    index of its cache events has them: the prefill ships only the rest. A backend that
+    imports prefixes (`can_move_prefix`: torch; vLLM on dense models) joins a shipped tail to
+    any attention KV it holds; one that only reports its cache (vLLM on a hybrid model) hits
+    by its engine's rule, a restorable prefix (attention and a state snapshot at its end).
+    0 for any other backend, or with `router.decode_reuse` off."""
+    if decode.info is None or not rt.deployment.router.decode_reuse:
         return 0
-    return rt.registry.attention_tokens(decode.name, tokens)
+    if decode.info.can_move_prefix:
+        return rt.registry.attention_tokens(decode.name, tokens)
+    if decode.info.reports_cached_prefix:
+        return rt.registry.hit_tokens(tokens).get(InstanceId(decode.name), 0)
+    return 0
 
 
 async def _decode(
