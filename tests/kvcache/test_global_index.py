@@ -113,3 +113,20 @@ def test_a_contradictory_event_stream_is_refused() -> None:
         index.apply([BlockStored(d0, 7, BlockHash(1))])
     with pytest.raises(UnknownInstanceError):
         index.apply([BlockStored(InstanceId("ghost"), 0, BlockHash(1))])
+
+
+def test_attention_blocks_count_what_is_held_past_the_last_snapshot() -> None:
+    """A hybrid pool that snapshots state only at a request's end restores nothing of a
+    prompt that diverges before that end, yet holds its attention KV up to the divergence:
+    what a decode instance need not be sent again (the router's `from_token`)."""
+    index, caches = deployment()
+    serve(caches["d0"], "a", [1, 2, 3, 4])
+    index.apply(caches["d0"].take_events())
+    query = ext_request(caches["d0"], "q", [1, 2, 3, 9]).block_hashes
+    d0 = InstanceId("d0")
+    assert index.match_instance(d0, query) == 0
+    assert index.attention_blocks(d0, query) == 3
+    assert index.attention_blocks(d0, query, max_blocks=2) == 2
+    assert index.attention_blocks(InstanceId("d1"), query) == 0
+    with pytest.raises(UnknownInstanceError):
+        index.attention_blocks(InstanceId("nobody"), query)

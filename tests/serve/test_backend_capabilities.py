@@ -1,7 +1,8 @@
 """What an instance's backend can do is declared and reported in `/info` (`capabilities`),
 and a verb its backend lacks is answered with the typed 400 `unsupported_by_backend` before
 the backend is asked (`serve.backends.interface`). A live emulated deployment (no torch): the
-emulated backend ships its KV through the shell and has none of the optional verbs. The
+emulated backend ships its KV through the shell and has none of the optional verbs (its
+prompts are the byte tokenizer's, which the router encodes itself). The
 torch backend's are checked in test_e2e.py, the vLLM one's in test_vllm_arch.py."""
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def test_every_emulated_instance_reports_its_capabilities(launcher: Launcher) ->
         info = httpx.get(spec.url + "/info", auth=launcher.instance_auth(), timeout=30)
         assert info.status_code == 200
         said = p.InstanceInfo.model_validate_json(info.content).capabilities
-        assert said == p.CapabilitiesBody()  # all false: shell-shipped KV, nothing optional
+        # shell-shipped KV, nothing optional; its prompts are the byte tokenizer's
+        assert said == p.CapabilitiesBody(byte_tokenizer=True)
 
 
 def _move(launcher: Launcher) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from serve_helpers import fake_info
 
 from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.router.breaker import FAILURES_TO_OPEN, FailureBreaker
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.registry import Registry
 
 
@@ -64,7 +65,7 @@ def test_a_restarted_instance_starts_with_a_closed_breaker() -> None:
 
     async def run() -> Registry:
         registry = Registry(
-            default_deployment(), httpx.AsyncClient(transport=MockTransport(handle))
+            default_deployment(), HttpInstanceClient(transport=MockTransport(handle))
         )
         await registry.poll_once()
         for _ in range(FAILURES_TO_OPEN):
@@ -95,7 +96,7 @@ def test_calls_failing_while_an_instance_is_unreachable_do_not_keep_it_out() -> 
         return httpx.Response(200, json={**state, "events": [], "next_seq": 0})
 
     async def run() -> Registry:
-        client = httpx.AsyncClient(transport=MockTransport(handle))
+        client = HttpInstanceClient(transport=MockTransport(handle))
         registry = Registry(default_deployment(), client)
         await registry.poll_once()
         is_reachable["now"] = False

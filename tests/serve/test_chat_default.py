@@ -4,7 +4,6 @@ point 5)."""
 
 from __future__ import annotations
 
-import httpx
 from serve_helpers import fake_info
 
 from prfaas.serve import protocol as p
@@ -12,6 +11,7 @@ from prfaas.serve.config.deployment import Backend, default_deployment
 from prfaas.serve.edge.openai_api import ChatCompletionRequest
 from prfaas.serve.router import completions
 from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.registry import Registry
 
@@ -20,7 +20,7 @@ def _runtime(chat_runs_to_context: bool) -> RouterRuntime:
     """A torch deployment file whose instances say what their engine does in `/info`."""
     deployment = default_deployment()
     assert deployment.backend is Backend.TORCH
-    client = httpx.AsyncClient()
+    client = HttpInstanceClient()
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         info = fake_info(inst.name, inst.role.value)

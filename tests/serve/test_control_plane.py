@@ -15,6 +15,7 @@ import httpx
 import pytest
 from serve_helpers import emulated_deployment
 
+from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlSigner, control_key, signed_headers
 from prfaas.serve.launch.launcher import Launcher
 
@@ -153,7 +154,7 @@ def _prefill_body(host: str, port: int) -> dict[str, Any]:
     sampling = {"max_tokens": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0}
     return {
         "request_id": "outsider-1",
-        "token_ids": [1, 2, 3, 4],
+        "token_ids": p.pack_token_ids([1, 2, 3, 4]),
         "sampling": sampling,
         "decode_transfer_host": host,
         "decode_transfer_port": port,
@@ -176,7 +177,7 @@ def test_an_instance_connects_to_no_peer_its_deployment_does_not_name(launcher: 
         assert "not a transfer endpoint of this deployment" in prefill.json()["error"]["message"]
         send = {
             "move_id": "move-outsider",
-            "token_ids": [1, 2, 3],
+            "token_ids": p.pack_token_ids([1, 2, 3]),
             "max_tokens": 16,
             "target_transfer_host": "127.0.0.1",
             "target_transfer_port": port,

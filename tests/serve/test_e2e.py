@@ -251,12 +251,16 @@ def test_a_token_id_prompt_is_the_text_it_encodes(client: openai.OpenAI) -> None
 def test_info_reports_the_torch_backends_capabilities(launcher: Launcher) -> None:
     """What the torch backend declares (`InstanceInfo.capabilities`): it exports and imports
     cached prefixes, says which prefix it holds and computes logprobs; its KV is shipped by
-    the shell, and this file gives it no disk tier."""
+    the shell, this file gives it no disk tier, and its random preset's prompts are the byte
+    tokenizer's (the router encodes them)."""
     for spec in launcher.deployment.instances:
         info = httpx.get(spec.url + "/info", auth=launcher.instance_auth(), timeout=30)
         said = p.InstanceInfo.model_validate_json(info.content).capabilities
         assert said == p.CapabilitiesBody(
-            moves_prefixes=True, reports_cached_prefix=True, computes_logprobs=True
+            moves_prefixes=True,
+            reports_cached_prefix=True,
+            computes_logprobs=True,
+            byte_tokenizer=True,
         )
 
 
@@ -379,11 +383,12 @@ def test_a_prefix_cached_at_pd_p_moves_to_prfaas_for_a_long_follow_up(
 def test_the_decode_instance_gets_only_the_kv_it_lacks(
     launcher: Launcher, client: openai.OpenAI
 ) -> None:
-    """Only what the decode side lacks travels: the decode instance says which prefix it holds
-    (`/cached`); the prefill ships attention KV only from there (plus the final states). Same
-    text."""
+    """Only what the decode side lacks travels: the router's index of the decode instance's
+    cache events says which prefix it holds (as its `/cached` does); the prefill ships
+    attention KV only from there (plus the final states). Same text."""
     prompt = "Decode keeps what it imported; only the tail travels again. " * 1  # PD-P
     first_text, first = _complete(client, prompt)
+    _wait_router_applied(launcher, first["decode_instance"])
     second_text, second = _complete(client, prompt)
     assert first["path"] == second["path"] == "pd-p"
     assert second_text == first_text
@@ -392,8 +397,23 @@ def test_the_decode_instance_gets_only_the_kv_it_lacks(
     signed = launcher.instance_auth()
     tokens = httpx.post(decode.url + "/tokenize", json={"text": prompt}, auth=signed).json()
     held = httpx.post(decode.url + "/cached", json=tokens, auth=signed).json()["tokens"]
-    tokens = tokens["token_ids"]
+    tokens = p.unpack_token_ids(tokens["token_ids"])
     assert held == (len(tokens) - 1) // 16 * 16 > 0
+
+
+def _wait_router_applied(launcher: Launcher, name: str) -> None:
+    """Until the router has applied every cache event instance `name` has published."""
+    url = launcher.deployment.instance(name).url
+    signed = launcher.instance_auth()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        published = httpx.get(url + "/state", params={"since": 10**9}, auth=signed).json()
+        state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers).json()
+        seen = next(i for i in state["instances"] if i["name"] == name)
+        if seen["cache_events_applied"] >= published["next_seq"] > 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the router never applied {name}'s cache events")
 
 
 def _tbf(netns: str) -> tuple[int, int]:

@@ -21,8 +21,10 @@ from prfaas.serve.errors import (
     error_body,
     from_response,
 )
-from prfaas.serve.router.flow import RouterRuntime, tokenize
+from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.prompt_tokens import tokenize
 from prfaas.serve.router.registry import Registry
 
 
@@ -90,9 +92,9 @@ def test_a_long_raw_body_is_cut() -> None:
     assert len(str(from_response(400, b"x" * 10_000))) == 200
 
 
-def _runtime(handler: httpx.MockTransport) -> tuple[RouterRuntime, httpx.AsyncClient]:
+def _runtime(handler: httpx.MockTransport) -> tuple[RouterRuntime, HttpInstanceClient]:
     deployment = default_deployment()
-    client = httpx.AsyncClient(transport=handler)
+    client = HttpInstanceClient(transport=handler)
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         inst.is_healthy = True
@@ -112,7 +114,7 @@ def test_the_router_passes_an_instance_error_on_unchanged() -> None:
 
     async def call() -> None:
         async with client:
-            await tokenize(rt, "hello")
+            await tokenize(rt.client, rt.registry, "hello")
 
     with pytest.raises(ServeError) as caught:
         asyncio.run(call())

@@ -27,6 +27,7 @@ from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.json_lines import json_line, split_lines
 from prfaas.serve.router.attempts import RequestFailed
 from prfaas.serve.router.flow import RouterRuntime, _decode
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.registry import Registry
 
@@ -94,7 +95,7 @@ def _runtime(decode_body: bytes, cut_every: int) -> RouterRuntime:
         return httpx.Response(200, content=body())
 
     deployment = default_deployment()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    client = HttpInstanceClient(transport=httpx.MockTransport(handle))
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         inst.is_healthy = True

@@ -20,6 +20,7 @@ from prfaas.serve.errors import ConflictError, StaleEpochError
 from prfaas.serve.instance.lease import LeaseBook
 from prfaas.serve.instance.runtime import Activity, switch_role
 from prfaas.serve.profile import LiveProfile, PrefillTiming
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.lease import LeaseChange, LeaseClaim, LeaseKeeper
 
 
@@ -173,7 +174,7 @@ def test_replicas_never_both_hold_and_epochs_only_rise(ops: list[Any]) -> None:
 # --- two keepers over three instances' books, through the HTTP client they use -----------
 
 
-def _keepers(clock: Clock) -> tuple[LeaseKeeper, LeaseKeeper, httpx.AsyncClient]:
+def _keepers(clock: Clock) -> tuple[LeaseKeeper, LeaseKeeper, HttpInstanceClient]:
     specs = tuple(
         InstanceSpec(name=f"pdd-{i}", role=InstanceRole.PD_DECODE, cluster="pd", http_port=port)
         for i, port in enumerate((8201, 8202, 8203))
@@ -188,7 +189,7 @@ def _keepers(clock: Clock) -> tuple[LeaseKeeper, LeaseKeeper, httpx.AsyncClient]
         answer = book.release(body) if is_release else book.request(body)
         return httpx.Response(200, content=answer.model_dump_json())
 
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    client = HttpInstanceClient(transport=httpx.MockTransport(handle))
     a = LeaseKeeper(deployment, CollectorRegistry(), "router-a", clock)
     b = LeaseKeeper(deployment, CollectorRegistry(), "router-b", clock)
     return a, b, client

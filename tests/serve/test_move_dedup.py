@@ -22,6 +22,7 @@ from prfaas.scheduler import RouteDecision
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.router.flow import RouterRuntime, _move
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.registry import Registry
 
@@ -62,7 +63,7 @@ def test_concurrent_moves_of_one_prefix_to_one_target_are_one_move() -> None:
 
     async def run() -> list[dict[str, object]]:
         deployment = default_deployment()
-        client = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+        client = HttpInstanceClient(transport=httpx.MockTransport(handle))
         registry = Registry(deployment, client)
         for inst in registry.instances.values():
             inst.info, inst.is_healthy = fake_info(inst.name, "pd-prefill"), True

@@ -17,6 +17,7 @@ from prfaas.serve.config.deployment import InstanceRole, RouterSpec, default_dep
 from prfaas.serve.errors import NoCapacityError
 from prfaas.serve.launch.launcher import Launcher
 from prfaas.serve.router.flow import RouterRuntime, check_length
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.overload import STALL_S, LoopWatch
 from prfaas.serve.router.registry import Registry
@@ -83,8 +84,8 @@ def test_a_burst_past_the_limit_gets_200_or_429_and_the_instances_stay_up(
     assert httpx.post(limited.url + "/v1/completions", json=body, timeout=60).status_code == 200
 
 
-def _registry(handler: httpx.MockTransport) -> tuple[Registry, httpx.AsyncClient]:
-    client = httpx.AsyncClient(transport=handler)
+def _registry(handler: httpx.MockTransport) -> tuple[Registry, HttpInstanceClient]:
+    client = HttpInstanceClient(transport=handler)
     registry = Registry(default_deployment(), client, LoopWatch())
     for inst in registry.instances.values():
         inst.is_healthy = True
@@ -125,7 +126,7 @@ def test_the_routers_own_slowness_never_marks_an_instance_down() -> None:
 
 def test_an_unknown_context_is_503_not_a_400_about_the_prompt() -> None:
     deployment = default_deployment()
-    client = httpx.AsyncClient()
+    client = HttpInstanceClient()
     registry = Registry(deployment, client)  # no instance has registered: no context known
     rt = RouterRuntime(deployment, registry, RouterMetrics(), client)
     with pytest.raises(NoCapacityError, match="context is unknown"):

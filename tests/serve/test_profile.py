@@ -7,7 +7,6 @@ chip x time_factor (h200 for PrfaaS, h20 for PD), and the KV bytes x byte_factor
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from serve_helpers import emulated_instance
 
@@ -21,6 +20,7 @@ from prfaas.serve.config.deployment import (
 from prfaas.serve.instance.runtime import build_runtime
 from prfaas.serve.profile import LiveProfile, PrefillTiming, sample_lengths
 from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.registry import Registry
 from prfaas.specs.catalog import get_chip, get_model, profile_for
@@ -90,7 +90,7 @@ def test_an_emulated_instance_publishes_its_chip_profile_scaled() -> None:
 
 
 def _runtime(deployment: Deployment) -> RouterRuntime:
-    client = httpx.AsyncClient()
+    client = HttpInstanceClient()
     registry = Registry(deployment, client)
     for spec in deployment.instances:
         live = registry.instances[spec.name]

@@ -23,8 +23,10 @@ from prfaas.serve.config.deployment import default_deployment
 from prfaas.serve.errors import BadRequestError
 from prfaas.serve.instance.app import _transfer_failure
 from prfaas.serve.router.attempts import InstanceDown, InstanceFull, RequestFailed
-from prfaas.serve.router.flow import RouterRuntime, _prefill, tokenize
+from prfaas.serve.router.flow import RouterRuntime, _prefill
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.prompt_tokens import tokenize
 from prfaas.serve.router.registry import Registry
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
@@ -41,7 +43,7 @@ STATE = {
 
 def _runtime(handler: Handler) -> RouterRuntime:
     deployment = default_deployment()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    client = HttpInstanceClient(transport=httpx.MockTransport(handler))
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         inst.info, inst.is_healthy = fake_info(inst.name), True
@@ -59,7 +61,7 @@ def _script(prefill: Callable[[httpx.Request], httpx.Response], *, up: bool) -> 
         if request.url.path == "/prefill":
             return prefill(request)
         if request.url.path == "/tokenize":
-            return httpx.Response(200, json={"token_ids": [1, 2, 3]})
+            return httpx.Response(200, json={"token_ids": p.pack_token_ids([1, 2, 3])})
         return httpx.Response(404, json={"error": {"message": "no", "type": "x"}})
 
     return handle
@@ -169,8 +171,8 @@ def test_tokenize_moves_on_without_marking_an_instance_that_is_up() -> None:
             raise httpx.ReadError("stale connection", request=request)
         if request.url.path == "/state":
             return httpx.Response(200, json=STATE)
-        return httpx.Response(200, json={"token_ids": [7, 8]})
+        return httpx.Response(200, json={"token_ids": p.pack_token_ids([7, 8])})
 
     rt = _runtime(handle)
-    assert asyncio.run(tokenize(rt, "hello")) == [7, 8]
+    assert asyncio.run(tokenize(rt.client, rt.registry, "hello")) == [7, 8]
     assert all(_healthy(rt).values())

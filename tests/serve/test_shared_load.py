@@ -15,6 +15,7 @@ from prfaas.scheduler import DispatchLedger, RouteDecision, RouteRequest
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.instance.runtime import Activity
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.live_scheduler import build_scheduler
 from prfaas.serve.router.registry import Registry
 
@@ -51,7 +52,7 @@ def _route(load: dict[str, dict[str, p.RouterLoadBody]]) -> tuple[str, RouteDeci
             body = state.model_copy(update={"load_by_router": mine})
             return httpx.Response(200, content=body.model_dump_json())
 
-        async with httpx.AsyncClient(transport=MockTransport(handle)) as client:
+        async with HttpInstanceClient(transport=MockTransport(handle)) as client:
             registry = Registry(_deployment(), client)
             ids.update(A="router-a", B=registry.replica_id)
             await registry.poll_once()

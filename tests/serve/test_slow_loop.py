@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
-import httpx
 import pytest
 
 from prfaas.kvcache.ids import ClusterId, InstanceId, RequestId
@@ -33,6 +32,7 @@ from prfaas.serve.config.deployment import (
 )
 from prfaas.serve.profile import LiveProfile, PrefillTiming
 from prfaas.serve.router import rebalance
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.registry import Registry
 
 
@@ -75,7 +75,7 @@ def test_stats_are_what_the_period_observed(monkeypatch: pytest.MonkeyPatch) -> 
             )
         }
     )
-    registry = Registry(deployment, cast(httpx.AsyncClient, None))
+    registry = Registry(deployment, cast(HttpInstanceClient, None))
     for inst in registry.instances.values():
         inst.is_healthy = True
     config = SchedulerConfig(None, _profile(1e-3), can_move_cache=False)

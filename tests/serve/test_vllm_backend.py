@@ -426,7 +426,8 @@ def _wait_router_holds(stack: Stack, url: str, name: str, prompt: str, tokens: i
     signed = stack.launcher.instance_auth()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        held = httpx.post(instance + "/cached", json={"token_ids": ids["tokens"]}, auth=signed)
+        body = {"token_ids": p.pack_token_ids(ids["tokens"])}
+        held = httpx.post(instance + "/cached", json=body, auth=signed)
         published = httpx.get(instance + "/state", params={"since": 10**9}, auth=signed)
         seen = next(i for i in _state(stack, url)["instances"] if i["name"] == name)
         if (
@@ -516,7 +517,7 @@ def test_kv_staged_for_a_cancelled_request_is_dropped_at_once(stack: Stack) -> N
     sampling = {"max_tokens": 8, "temperature": 0, "top_p": 1, "top_k": 0, "seed": 0}
     body = {
         "request_id": "cmpl-left-between-prefill-and-decode",
-        "token_ids": ids,
+        "token_ids": p.pack_token_ids(ids),
         "sampling": sampling,
         "decode_transfer_host": decode.host,
         "decode_transfer_port": decode.transfer_port,

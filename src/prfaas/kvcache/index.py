@@ -182,6 +182,23 @@ class GlobalKVCacheIndex:
         self._held_by(instance_id)
         return self.match(block_hashes, max_hit_blocks).per_instance[instance_id]
 
+    def attention_blocks(
+        self,
+        instance_id: InstanceId,
+        block_hashes: Sequence[BlockHash],
+        max_blocks: int | None = None,
+    ) -> int:
+        """Leading blocks of `block_hashes` whose attention KV `instance_id` holds in every
+        attention group, whatever its state snapshots: what a decode instance need not be
+        sent again (the router's `from_token`), which may exceed its restorable hit."""
+        self._held_by(instance_id)
+        limit = len(block_hashes) if max_blocks is None else max_blocks
+        for position, block_hash in enumerate(block_hashes[:limit]):
+            for group in self._attention:
+                if instance_id not in self._holders[group].get(block_hash, _EMPTY):
+                    return position
+        return min(limit, len(block_hashes))
+
     # --- internals -------------------------------------------------------------------------
 
     def _held_by(self, instance_id: InstanceId) -> dict[tuple[int, BlockHash], Medium]:

@@ -16,7 +16,8 @@
     POST /lease/release LeaseRequest   ->    LeaseAnswer (the holder gives its grant up)
     POST /cancel      CancelRequest    ->    CancelResult (drop a request's prefill call, KV
                                              and engine work: it ended without its decode)
-    POST /cached      TokenizeResult   ->    CachedResult (decode: attention KV it holds)
+    POST /cached      TokenizeResult   ->    CachedResult (decode: attention KV it holds; the
+                                             router reads its own index instead, docs/protocol.md)
     POST /prefix/send   PrefixSendRequest   ->  PrefixSendResult (holder: its cached prefix
                                                  shipped to the target's transfer endpoint)
     POST /prefix/import PrefixImportRequest ->  PrefixImportResult (target: into its pool)
@@ -25,13 +26,22 @@
 with a clean cache index (a restarted peer's stale entries would misroute: llm-d PR #2187). Cache
 events carry a per-instance sequence number: the router pulls what it has not seen, in order
 (pull-based events, house style).
+
+Token ids travel as `TokenIds`: base64 of little-endian uint32, one JSON string, never a JSON
+list of integers (a 100K-token prompt is 533 KB of base64 against up to 700 KB of digits and
+commas, decoded by one `array.frombytes` instead of 100K JSON numbers; docs/protocol.md).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import sys
+from array import array
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationInfo
 
 from prfaas.kvcache import CacheIdentity, HashScheme, Medium
 from prfaas.kvcache.layout import GroupKind
@@ -39,6 +49,52 @@ from prfaas.kvcache.layout import GroupKind
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+MAX_TOKEN_ID = 2**32 - 1  # a token id is a uint32 on the wire
+
+
+def pack_token_ids(token_ids: Sequence[int]) -> str:
+    """Token ids as base64 of their little-endian uint32s (`TokenIds`' wire form)."""
+    packed = array("I", token_ids)  # OverflowError for an id outside uint32
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def unpack_token_ids(text: str) -> list[int]:
+    """`pack_token_ids`' inverse; ValueError for text that is not whole uint32s in base64."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except binascii.Error as err:
+        raise ValueError(f"token ids: not base64 ({err})") from None
+    if len(raw) % 4:
+        raise ValueError(f"token ids: {len(raw)} bytes is not a whole number of uint32s")
+    ids = array("I")
+    ids.frombytes(raw)
+    if sys.byteorder != "little":
+        ids.byteswap()
+    return ids.tolist()
+
+
+def _token_ids(value: Any, info: ValidationInfo) -> list[int]:
+    """From the wire (JSON): only the packed string; from Python: a list of uint32s too."""
+    if isinstance(value, str):
+        return unpack_token_ids(value)
+    if info.mode == "python" and isinstance(value, list | tuple):
+        try:
+            return array("I", value).tolist()
+        except (OverflowError, TypeError) as err:
+            raise ValueError(f"token ids must be integers in [0, {MAX_TOKEN_ID}]: {err}") from None
+    raise ValueError("token ids travel as base64 of little-endian uint32s (docs/protocol.md)")
+
+
+#: A prompt's token ids: `list[int]` in Python, `pack_token_ids`' string in JSON.
+TokenIds = Annotated[
+    list[int],
+    PlainValidator(_token_ids),
+    PlainSerializer(pack_token_ids, return_type=str, when_used="json"),
+]
 
 
 class CacheIdentityBody(_Body):
@@ -86,6 +142,7 @@ class CapabilitiesBody(_Body):
     # `vllm serve` does); else 16 tokens, as vLLM's completions.
     chat_runs_to_context: bool = False
     has_disk_tier: bool = False  # its pool demotes evicted blocks to disk
+    byte_tokenizer: bool = False  # the router encodes its prompts itself (no /tokenize)
 
 
 class InstanceInfo(_Body):
@@ -281,6 +338,21 @@ def transcript(messages: list[ChatTurn]) -> str:
     return "\n".join([*lines, "assistant:"])
 
 
+BYTE_BOS_ID = 257  # the byte tokenizer's <bos> (`prfaas.engine.tokenizer`: bytes, pad, bos, eos)
+
+
+def byte_prompt_ids(text: str, *, add_special_tokens: bool = True) -> list[int]:
+    """A prompt's ids under the byte tokenizer: <bos> and its UTF-8 bytes (the bytes alone
+    without special tokens). One function for the emulated backend and the router."""
+    ids = list(text.encode("utf-8"))
+    return [BYTE_BOS_ID, *ids] if add_special_tokens else ids
+
+
+def byte_text(token_ids: Sequence[int]) -> str:
+    """The byte tokenizer's text of `token_ids`: specials dropped, bad UTF-8 replaced."""
+    return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
+
+
 #: `transcript` as a Hugging Face chat template (Jinja): what `prfaas tokenizer` writes for
 #: the byte tokenizer. A client that renders a chat with it and encodes the text with the
 #: tokenizer's special tokens (`tokenizer(text)`: the <bos> the server adds too) counts the ids
@@ -308,7 +380,7 @@ class TokenizeRequest(_Body):
 
 
 class TokenizeResult(_Body):
-    token_ids: list[int]
+    token_ids: TokenIds
 
 
 class DetokenizeResult(_Body):
@@ -350,7 +422,7 @@ class Sampling(_Body):
 
 class PrefillRequest(_Body):
     request_id: str = Field(min_length=1, max_length=100)
-    token_ids: list[int] = Field(min_length=1)
+    token_ids: Annotated[TokenIds, Field(min_length=1)]
     sampling: Sampling
     decode_transfer_host: str
     decode_transfer_port: int
@@ -376,7 +448,7 @@ class PrefillResult(_Body):
 
 class DecodeRequest(_Body):
     request_id: str = Field(min_length=1, max_length=100)
-    token_ids: list[int] = Field(min_length=1)
+    token_ids: Annotated[TokenIds, Field(min_length=1)]
     first_token: int
     sampling: Sampling
     first_finish_reason: Literal["stop"] | None = None  # PrefillResult's
@@ -407,7 +479,7 @@ class PrefixSendRequest(_Body):
     """Ship the restorable prefix of `token_ids` (at most `max_tokens`) to a target."""
 
     move_id: str = Field(min_length=1, max_length=100)
-    token_ids: list[int] = Field(min_length=1)
+    token_ids: Annotated[TokenIds, Field(min_length=1)]
     max_tokens: int = Field(ge=0)
     target_transfer_host: str
     target_transfer_port: int
@@ -424,7 +496,7 @@ class PrefixImportRequest(_Body):
     """Wait for move `move_id` to arrive and insert it into the pool; `tokens` is its prefix."""
 
     move_id: str = Field(min_length=1, max_length=100)
-    token_ids: list[int] = Field(min_length=1)
+    token_ids: Annotated[TokenIds, Field(min_length=1)]
 
 
 class PrefixImportResult(_Body):

@@ -63,7 +63,7 @@ from prfaas.specs.catalog import get_chip, get_model, profile_for
 from prfaas.specs.model import ModelSpec
 from prfaas.transfer import identity_for
 
-BOS_ID = 257
+BOS_ID = p.BYTE_BOS_ID
 VOCAB_SIZE = 259  # the byte tokenizer's (engine.tokenizer): bytes, <pad>, <bos>, <eos>
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
 IDLE_WAIT_S = 0.05
@@ -154,7 +154,9 @@ class EmulatedBackend:
                 lambda n: self.profile.prefill_s(n) * self.emulation.time_factor,
                 self.scaled_kv_bytes,
             ),
-            capabilities=Capabilities(has_disk_tier=self.disk.tier is not None),
+            capabilities=Capabilities(
+                has_disk_tier=self.disk.tier is not None, byte_tokenizer=True
+            ),
             vocab_size=VOCAB_SIZE,
             disk_read_bytes_per_s=self.disk.published_read_bytes_per_s,
         )
@@ -196,14 +198,13 @@ class EmulatedBackend:
         self._check_alive()
         if not text:
             raise BadRequestError("the prompt is empty")
-        ids = list(text.encode("utf-8"))
-        return [BOS_ID, *ids] if add_special_tokens else ids
+        return p.byte_prompt_ids(text, add_special_tokens=add_special_tokens)
 
     def encode_chat(self, chat: p.ChatPrompt) -> list[int]:
         return transcript_ids(self, chat)
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
-        return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
+        return p.byte_text(token_ids)
 
     def events_since(self, seq: int) -> tuple[list[SeqEvent], int]:
         return self._events.since(seq)

@@ -54,6 +54,8 @@ class Capabilities:
     computes_logprobs      its engine reports token logprobs
     chat_runs_to_context   a chat without max_tokens runs to the context (as `vllm serve`)
     has_disk_tier          its pool demotes evicted blocks to a disk tier (events say the medium)
+    byte_tokenizer         its prompts are the byte tokenizer's (`protocol.byte_prompt_ids`;
+                           chats a transcript): the router encodes them, with no /tokenize
     """
 
     ships_own_kv: bool = False
@@ -63,6 +65,7 @@ class Capabilities:
     computes_logprobs: bool = False
     chat_runs_to_context: bool = False
     has_disk_tier: bool = False
+    byte_tokenizer: bool = False
 
     def body(self) -> p.CapabilitiesBody:
         """As `/info` reports it."""

@@ -37,7 +37,7 @@ from prfaas.engine import (
 )
 from prfaas.engine.disk_tier import DiskTierConfig
 from prfaas.engine.sampling import TokenLogprob
-from prfaas.engine.tokenizer import Tokenizer
+from prfaas.engine.tokenizer import ByteTokenizer, Tokenizer
 from prfaas.kvcache import GroupKind, KvSlice
 from prfaas.serve import errors
 from prfaas.serve import protocol as p
@@ -387,6 +387,7 @@ class TorchBackend(EngineWorker):
                 reports_cached_prefix=True,
                 computes_logprobs=True,
                 has_disk_tier=spec.disk_tier is not None,
+                byte_tokenizer=isinstance(model.tokenizer, ByteTokenizer) and not model.is_chat,
             ),
             vocab_size=int(model.hf_config.vocab_size),
             # real bytes per wall second, as its linear timing counts them

@@ -55,6 +55,7 @@ from prfaas.serve.router.admission import AdmissionRejectedError
 from prfaas.serve.router.completions import complete
 from prfaas.serve.router.dashboard import register_dashboard
 from prfaas.serve.router.flow import RouterRuntime
+from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.overload import InflightLimit, LoopWatch
 from prfaas.serve.router.rebalance import admin_view
@@ -177,10 +178,9 @@ def _lifespan(
         signer = ControlSigner(transfer_secret(deployment), deployment)
         # Requests' calls are bounded by the in-flight limit, not by a pool they would queue
         # for; health polls have a client of their own (serve.router.registry)
-        limits = httpx.Limits(max_connections=None)
         async with (
-            httpx.AsyncClient(timeout=10.0, auth=signer, limits=limits) as client,
-            httpx.AsyncClient(timeout=10.0, auth=signer) as health_client,
+            HttpInstanceClient(signer) as client,
+            HttpInstanceClient(signer, limits=httpx.Limits(max_connections=100)) as health_client,
         ):
             watch = LoopWatch()
             registry = Registry(deployment, health_client, watch)

@@ -6,9 +6,13 @@
     InstanceDown    a transport failure the instance's health probe confirmed: marked failed
     InstanceFull    the instance had no room for the request now: not held against it; 503
                     when no other instance can take the request
+
+`judge` tells the first two apart after a call got no answer.
 """
 
 from __future__ import annotations
+
+from prfaas.serve.router.registry import LiveInstance, Registry
 
 
 class AttemptFailed(Exception):
@@ -31,3 +35,12 @@ class InstanceDown(AttemptFailed):
 class InstanceFull(AttemptFailed):
     """The instance had no room for this request now (`KvBufferFullError`): not held against
     it; the request goes elsewhere, or gets 503 when no other instance can take it."""
+
+
+async def judge(registry: Registry, inst: LiveInstance, what: str, err: Exception) -> AttemptFailed:
+    """Classify a call to `inst` that got no answer: down only if its probe fails too."""
+    if await registry.probe(inst):
+        message = f"{what} on {inst.name} failed ({err!r}); the instance is up"
+        return RequestFailed(message, inst.name)
+    registry.mark_failed(inst.name)
+    return InstanceDown(f"{what} instance {inst.name} is down: {err!r}", inst.name)

@@ -59,9 +59,8 @@ from prfaas.serve.router.flow import (
     check_token_ids,
     context_tokens,
     generate,
-    tokenize,
-    tokenize_chat,
 )
+from prfaas.serve.router.prompt_tokens import tokenize, tokenize_chat
 
 DEFAULT_MAX_TOKENS = 16
 #: Sampling fields whose absence lets the engine choose (vLLM: the model's generation config).
@@ -138,7 +137,7 @@ def _sampling(req: AnyRequest, max_tokens: int, sample: int) -> p.Sampling:
 
 async def _prompt_tokens(rt: RouterRuntime, prompt: Prompt, index: int) -> list[int]:
     if isinstance(prompt, str):
-        return await tokenize(rt, prompt)
+        return await tokenize(rt.client, rt.registry, prompt)
     check_token_ids(rt, prompt, f"prompt {index}")
     return list(prompt)
 
@@ -160,7 +159,7 @@ async def _prepare(
         err.code = "unsupported_parameter"
         raise err
     if isinstance(req, ChatCompletionRequest):
-        tokens = [await tokenize_chat(rt, req.chat)]
+        tokens = [await tokenize_chat(rt.client, rt.registry, req.chat)]
     else:
         prompts = req.prompts
         tokens = await asyncio.gather(*(_prompt_tokens(rt, pr, i) for i, pr in enumerate(prompts)))

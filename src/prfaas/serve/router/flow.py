@@ -1,9 +1,12 @@
 """One request through the deployment: place, prefill (KV streams to decode), decode, stream.
 
-    tokenize (an instance)  ->  scheduler.route(RouteRequest, registry.view(now))
+    prompt ids (`prompt_tokens`)  ->  scheduler.route(RouteRequest, registry.view(now))
         -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer)
         -> POST decode instance /decode     (JSON lines of tokens: serve.json_lines)
                                             -> yielded to the HTTP edge
+
+Every call to an instance goes through the runtime's `InstanceClient`
+(`serve.router.instance_client`): over HTTP in the router, in process in unit tests.
 
 The scheduler object is the simulator's, unchanged, fed with wall time since router start,
 and assembled by the same function from the same schema (`scheduler.assemble`; the file's
@@ -12,8 +15,10 @@ It is told that this host moves cached prefixes across clusters (`can_move_cache
 instance's backend can (torch; vLLM on dense models) and `router.cache_moves` is on: a
 decision with a `CacheMove` first has the holder ship the prefix to the prefill instance
 (`_move`), then prefills there.
-Before a prefill the decode instance is asked what prefix it holds (`_decode_holds`), and the
-prefill ships attention KV only from there (`from_token`).
+The prefix the decode instance holds is read from the router's own index of its cache events
+(`_decode_holds`; no call), and the prefill ships attention KV only from there (`from_token`).
+An index a poll behind (the decode instance evicted the prefix since) fails that decode, which
+is retried like any failed attempt, elsewhere and without the reuse.
 Failures before the first token reaches the client are retried (at most `MAX_ATTEMPTS`),
 and every failure is classified first (`AttemptFailed`), because "this request failed" and
 "this instance is down" are different things:
@@ -30,7 +35,8 @@ and every failure is classified first (`AttemptFailed`), because "this request f
 A 4xx from an instance is the request's own error (`from_response`), passed on, never
 retried and never held against the instance. A retry never returns to an instance that
 failed the same request (`excluded`; none left: 502 with the last failure), whose own
-failures count against it (`serve.router.breaker`); tokenizer calls fall back the same way. After
+failures count against it (`serve.router.breaker`); tokenizer calls fall back the same way
+(`serve.router.prompt_tokens`). After
 the first token a failure ends the request with `InstanceFailedError` (502). The ledger is
 always released (prefill_done / decode_done, also when the prefill fails). An attempt that
 ends without completing, at any stage, is cancelled on its instances (`serve.router.release`,
@@ -45,18 +51,16 @@ away: the decode stream to the instance is closed, which frees its slot and KV t
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from prfaas.kvcache.ids import RequestId
+from prfaas.kvcache.ids import InstanceId, RequestId
 from prfaas.scheduler import GlobalScheduler, RouteDecision, RouteRequest
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment
@@ -66,12 +70,23 @@ from prfaas.serve.errors import (
     InstanceFailedError,
     KvBufferFullError,
     NoCapacityError,
-    ServeError,
     from_response,
 )
 from prfaas.serve.json_lines import split_lines
 from prfaas.serve.router.admission import route_admitted
-from prfaas.serve.router.attempts import AttemptFailed, InstanceDown, InstanceFull, RequestFailed
+from prfaas.serve.router.attempts import (
+    AttemptFailed,
+    InstanceDown,
+    InstanceFull,
+    RequestFailed,
+    judge,
+)
+from prfaas.serve.router.instance_client import (
+    CallBroke,
+    CallRefused,
+    InstanceCallError,
+    InstanceClient,
+)
 from prfaas.serve.router.lease import LeaseKeeper
 from prfaas.serve.router.live_scheduler import build_scheduler
 from prfaas.serve.router.metrics import RouterMetrics
@@ -82,7 +97,6 @@ from prfaas.serve.router.single_flight import SingleFlight
 
 MAX_ATTEMPTS = 3
 MoveKey = tuple[str, str, tuple[int, ...]]  # holder, target, the prefix's tokens
-_Result = TypeVar("_Result", bound=BaseModel)
 MAX_RECENT_DECISIONS = 200
 MAX_ERROR_CHARS = 300
 
@@ -94,7 +108,7 @@ class RouterRuntime:
     deployment: Deployment
     registry: Registry
     metrics: RouterMetrics
-    client: httpx.AsyncClient
+    client: InstanceClient
     started_s: float = field(default_factory=time.monotonic)
     recent: deque[dict[str, Any]] = field(
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
@@ -151,59 +165,6 @@ class Placed:
     prefill: p.PrefillResult
     num_prompt_tokens: int
     move: dict[str, Any] | None = None  # the cross-cluster prefix move done first, if any
-
-
-async def _judge(rt: RouterRuntime, inst: LiveInstance, what: str, err: Exception) -> AttemptFailed:
-    """Classify a transport failure of a call to `inst`: down only if the probe fails too."""
-    if await rt.registry.probe(inst):
-        message = f"{what} on {inst.name} failed ({err!r}); the instance is up"
-        return RequestFailed(message, inst.name)
-    rt.registry.mark_failed(inst.name)
-    return InstanceDown(f"{what} instance {inst.name} is down: {err!r}", inst.name)
-
-
-async def tokenize(rt: RouterRuntime, text: str, *, add_special_tokens: bool = True) -> list[int]:
-    """The prompt's token ids, as the served model's tokenizer gives them (an instance's);
-    without special tokens and chat template when `add_special_tokens` is False."""
-    body = p.TokenizeRequest(text=text, add_special_tokens=add_special_tokens)
-    return (await _ask_any(rt, "/tokenize", body, p.TokenizeResult)).token_ids
-
-
-async def tokenize_chat(rt: RouterRuntime, chat: p.ChatPrompt) -> list[int]:
-    """The chat's prompt ids, rendered by an instance (its engine's chat template)."""
-    body = p.TokenizeRequest(chat=chat)
-    return (await _ask_any(rt, "/tokenize", body, p.TokenizeResult)).token_ids
-
-
-async def detokenize(rt: RouterRuntime, token_ids: list[int]) -> str:
-    """The text of `token_ids` (special tokens dropped), from an instance's tokenizer."""
-    body = p.TokenizeResult(token_ids=token_ids)
-    return (await _ask_any(rt, "/detokenize", body, p.DetokenizeResult)).text
-
-
-async def _ask_any(rt: RouterRuntime, path: str, body: BaseModel, kind: type[_Result]) -> _Result:
-    """A tokenizer call to the first instance that answers (all serve the same model),
-    accepting ones first; one that fails (5xx, transport) is counted against, the next asked."""
-    failure: ServeError = NoCapacityError("no instance is up")
-    for inst in sorted(rt.registry.healthy(), key=lambda i: not i.is_accepting):
-        try:
-            response = await rt.client.post(
-                inst.spec.url + path,
-                content=body.model_dump_json(),
-                headers={"content-type": "application/json"},
-            )
-        except httpx.TransportError as err:
-            failure = InstanceFailedError(str(await _judge(rt, inst, path.lstrip("/"), err)))
-            rt.registry.request_failed(inst.name)
-            continue
-        if response.status_code >= 500:
-            failure = InstanceFailedError(f"{path} on {inst.name}: {_message(response.content)}")
-            rt.registry.request_failed(inst.name)
-            continue
-        if response.status_code != 200:
-            raise from_response(response.status_code, response.content)
-        return kind.model_validate_json(response.content)
-    raise failure
 
 
 def context_tokens(rt: RouterRuntime) -> int:
@@ -372,16 +333,18 @@ async def _move_once(
         target_transfer_host=target.info.transfer_host,
         target_transfer_port=target.info.transfer_port,
     )
+    timeout_s = rt.deployment.router.request_timeout_s
     source.inflight += 1
     try:
-        sent = await _call(rt, source, "/prefix/send", send, p.PrefixSendResult)
+        sent = await rt.client.prefix_send(source.spec.url, send, timeout_s=timeout_s)
         out.update(tokens=sent.tokens, kv_bytes=sent.kv_bytes)
         hit = 0
         if sent.tokens:
             body = p.PrefixImportRequest(move_id=move_id, token_ids=tokens[: sent.tokens])
-            hit = (await _call(rt, target, "/prefix/import", body, p.PrefixImportResult)).hit_tokens
+            imported = await rt.client.prefix_import(target.spec.url, body, timeout_s=timeout_s)
+            hit = imported.hit_tokens
         out.update(status="done" if hit else "nothing-moved", hit_tokens=hit)
-    except (httpx.HTTPError, ServeError, ValueError) as err:
+    except (InstanceCallError, ValueError) as err:
         out.update(status="failed", error=str(err)[:200])
     finally:
         _leave(source)
@@ -389,20 +352,6 @@ async def _move_once(
     rt.metrics.cache_move_bytes.inc(out.get("kv_bytes", 0))
     rt.metrics.cache_move_tokens.inc(out.get("hit_tokens", 0))
     return out
-
-
-async def _call(
-    rt: RouterRuntime, inst: LiveInstance, path: str, body: BaseModel, kind: type[_Result]
-) -> _Result:
-    response = await rt.client.post(
-        inst.spec.url + path,
-        content=body.model_dump_json(),
-        headers={"content-type": "application/json"},
-        timeout=rt.deployment.router.request_timeout_s,
-    )
-    if response.status_code != 200:
-        raise from_response(response.status_code, response.content)
-    return kind.model_validate_json(response.content)
 
 
 def _ended(record: dict[str, Any], err: BaseException) -> None:
@@ -449,7 +398,7 @@ async def _prefill(
     decode = rt.registry.instances[decision.decode_instance_id]
     if decode.info is None:
         raise RequestFailed(f"decode instance {decode.name} is not registered", decode.name)
-    from_token = await _decode_holds(rt, decode, tokens)
+    from_token = _decode_holds(rt, decode, tokens)
     body = p.PrefillRequest(
         request_id=decision.request_id,
         token_ids=tokens,
@@ -460,41 +409,35 @@ async def _prefill(
         router=rt.registry.replica_id,
         work_s=rt.scheduler.ledger.prefill_estimate_s(decision.request_id),
     )
+    timeout_s = rt.deployment.router.request_timeout_s
     try:
-        response = await rt.client.post(
-            prefill.spec.url + "/prefill",
-            content=body.model_dump_json(),
-            headers={"content-type": "application/json"},
-            timeout=rt.deployment.router.request_timeout_s,
-        )
-    except httpx.TransportError as err:
-        raise await _judge(rt, prefill, "prefill", err) from None
-    if response.status_code >= 500:
-        refused = from_response(response.status_code, response.content)
+        return await rt.client.prefill(prefill.spec.url, body, timeout_s=timeout_s)
+    except CallBroke as err:
+        raise await judge(rt.registry, prefill, "prefill", err) from None
+    except CallRefused as err:
+        refused = from_response(err.status_code, err.body)
+        if err.status_code < 500:
+            raise refused from None
         if refused.code == KvBufferFullError.code:
-            raise InstanceFull(f"prefill on {prefill.name}: {refused}", decode.name)
-        raise RequestFailed(
-            f"prefill on {prefill.name}: {_message(response.content)}", prefill.name
-        )
-    if response.status_code != 200:
-        raise from_response(response.status_code, response.content)
-    return p.PrefillResult.model_validate_json(response.content)
+            raise InstanceFull(f"prefill on {prefill.name}: {refused}", decode.name) from None
+        raise RequestFailed(f"prefill on {prefill.name}: {err.message}", prefill.name) from None
 
 
-async def _decode_holds(rt: RouterRuntime, decode: LiveInstance, tokens: list[int]) -> int:
-    """The prompt tokens whose attention KV the decode instance already holds (its answer to
-    `/cached`): the prefill ships only the rest. 0 when it cannot say or does not answer."""
-    if (
-        decode.info is None
-        or not decode.info.capabilities.reports_cached_prefix
-        or not rt.deployment.router.decode_reuse
-    ):
+def _decode_holds(rt: RouterRuntime, decode: LiveInstance, tokens: list[int]) -> int:
+    """The prompt tokens the decode instance can take from its own pool, as the router's
+    index of its cache events has them: the prefill ships only the rest. A backend that
+    imports prefixes (`capabilities.moves_prefixes`: torch; vLLM on dense models) joins a
+    shipped tail to any attention KV it holds; one that only reports its cache (vLLM on a
+    hybrid model) hits by its engine's rule, a restorable prefix (attention and a state
+    snapshot at its end).
+    0 for any other backend, or with `router.decode_reuse` off."""
+    if decode.info is None or not rt.deployment.router.decode_reuse:
         return 0
-    try:
-        body = p.TokenizeResult(token_ids=tokens)
-        return (await _call(rt, decode, "/cached", body, p.CachedResult)).tokens
-    except (httpx.HTTPError, ServeError, ValueError):
-        return 0
+    if decode.info.capabilities.moves_prefixes:
+        return rt.registry.attention_tokens(decode.name, tokens)
+    if decode.info.capabilities.reports_cached_prefix:
+        return rt.registry.hit_tokens(tokens).get(InstanceId(decode.name), 0)
+    return 0
 
 
 async def _decode(
@@ -513,22 +456,11 @@ async def _decode(
         first_finish_reason=prefilled.first_finish_reason,
         router=rt.registry.replica_id,
     )
-    timeout = httpx.Timeout(rt.deployment.router.request_timeout_s, connect=2.0)
+    timeout_s = rt.deployment.router.request_timeout_s
     try:
-        async with rt.client.stream(
-            "POST",
-            decode.spec.url + "/decode",
-            content=body.model_dump_json(),
-            headers={"content-type": "application/json"},
-            timeout=timeout,
-        ) as response:
-            if response.status_code != 200:
-                raw = await response.aread()
-                if response.status_code >= 500:
-                    raise RequestFailed(f"decode on {decode.name}: {_message(raw)}", decode.name)
-                raise from_response(response.status_code, raw)
+        async with rt.client.decode(decode.spec.url, body, timeout_s=timeout_s) as stream:
             is_final = is_started = False
-            async for line in split_lines(response.aiter_bytes()):
+            async for line in split_lines(stream):
                 chunk = _chunk(line, decode, is_started)
                 if chunk.error is not None and not is_started:
                     raise RequestFailed(f"decode on {decode.name}: {chunk.error}", decode.name)
@@ -541,8 +473,12 @@ async def _decode(
             if not is_final:
                 message = f"decode instance {decode.name} broke off the stream"
                 raise RequestFailed(message, decode.name)
-    except httpx.TransportError as err:
-        raise await _judge(rt, decode, "decode", err) from None
+    except CallBroke as err:
+        raise await judge(rt.registry, decode, "decode", err) from None
+    except CallRefused as err:
+        if err.status_code >= 500:
+            raise RequestFailed(f"decode on {decode.name}: {err.message}", decode.name) from None
+        raise from_response(err.status_code, err.body) from None
 
 
 def _chunk(line: bytes, decode: LiveInstance, is_started: bool) -> p.DecodeChunk:
@@ -555,11 +491,3 @@ def _chunk(line: bytes, decode: LiveInstance, is_started: bool) -> p.DecodeChunk
         raise (
             InstanceFailedError(what) if is_started else RequestFailed(what, decode.name)
         ) from None
-
-
-def _message(raw: bytes) -> str:
-    """An instance's error text from its OpenAI-style error JSON (or the raw body)."""
-    try:
-        return str(json.loads(raw)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return raw.decode(errors="replace")[:200]

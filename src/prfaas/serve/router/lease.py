@@ -45,15 +45,15 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment
 from prfaas.serve.errors import ConflictError
+from prfaas.serve.router.instance_client import InstanceCallError, InstanceClient
 
 if TYPE_CHECKING:
     from prfaas.serve.router.flow import RouterRuntime
@@ -192,7 +192,7 @@ class LeaseKeeper:
         return RENEW_S * random.uniform(0.5, 1.5)
 
     async def round(
-        self, client: httpx.AsyncClient, threshold_tokens: int | None = None
+        self, client: InstanceClient, threshold_tokens: int | None = None
     ) -> LeaseChange:
         """Ask every instance once (with our t, which a grant publishes); settle; release
         what a lost candidacy won."""
@@ -205,7 +205,7 @@ class LeaseKeeper:
             threshold_tokens=threshold_tokens,
         )
         urls = [spec.url for spec in self.deployment.instances]
-        answers = await asyncio.gather(*(_ask(client, url + "/lease", body) for url in urls))
+        answers = await asyncio.gather(*(_ask(client.lease, url, body) for url in urls))
         change = self.claim.settle(sent_s, epoch, answers, self.clock())
         holders = Counter(a.holder for a in answers if a is not None and a.holder)
         self.seen_holder = holders.most_common(1)[0][0] if holders else None
@@ -213,7 +213,7 @@ class LeaseKeeper:
         self.published_threshold = max(published)[1] if published else None
         if change is LeaseChange.NOT_HELD:
             won = [url for url, a in zip(urls, answers, strict=True) if a and a.granted]
-            await asyncio.gather(*(_ask(client, url + "/lease/release", body) for url in won))
+            await asyncio.gather(*(_ask(client.lease_release, url, body) for url in won))
         if change in (LeaseChange.ACQUIRED, LeaseChange.LOST):
             self._changes.labels(change.value).inc()
             self.history.append({"t_s": round(sent_s, 3), "change": change.value, "epoch": epoch})
@@ -243,16 +243,17 @@ class LeaseKeeper:
         }
 
 
-async def _ask(client: httpx.AsyncClient, url: str, body: p.LeaseRequest) -> p.LeaseAnswer | None:
+class LeaseCall(Protocol):
+    """`InstanceClient.lease` or `.lease_release`."""
+
+    async def __call__(
+        self, url: str, body: p.LeaseRequest, *, timeout_s: float
+    ) -> p.LeaseAnswer: ...
+
+
+async def _ask(call: LeaseCall, url: str, body: p.LeaseRequest) -> p.LeaseAnswer | None:
     """One instance's answer; None when it gives none in time (it counts as no grant)."""
     try:
-        response = await client.post(
-            url,
-            content=body.model_dump_json(),
-            headers={"content-type": "application/json"},
-            timeout=ASK_TIMEOUT_S,
-        )
-        response.raise_for_status()
-        return p.LeaseAnswer.model_validate_json(response.content)
-    except (httpx.HTTPError, ValueError):
+        return await call(url, body, timeout_s=ASK_TIMEOUT_S)
+    except (InstanceCallError, ValueError):
         return None

@@ -37,8 +37,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from prfaas.kvcache.ids import InstanceId
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
@@ -52,6 +50,7 @@ from prfaas.serve.errors import (
     from_response,
 )
 from prfaas.serve.profile import LiveProfile
+from prfaas.serve.router.instance_client import CallRefused, InstanceCallError
 from prfaas.serve.router.lease import TERM_S
 
 if TYPE_CHECKING:
@@ -219,10 +218,10 @@ class SlowLoop:
                 if time.monotonic() > deadline:
                     raise ConflictError(f"not drained within {self.spec.drain_timeout_s:g} s")
                 await asyncio.sleep(interval)
-        except (ServeError, httpx.HTTPError) as err:
+        except (ServeError, InstanceCallError, ValueError) as err:
             record.update(status="abandoned", error=str(err) or repr(err))
             rt.metrics.role_flips.labels(inst.name, to_role.value, "abandoned").inc()
-            with contextlib.suppress(ServeError, httpx.HTTPError):
+            with contextlib.suppress(ServeError, InstanceCallError):
                 await self._drain(rt, inst, 0.0)  # the others may place work on it again
         else:
             inst.role_epoch += 1
@@ -238,13 +237,10 @@ class SlowLoop:
         every look at the drain, for the lease's term only: a holder that dies or loses the
         lease mid-drain leaves no instance out of routing for longer than that."""
         body = p.DrainRequest(epoch=rt.lease.fence(), timeout_s=timeout_s)
-        response = await rt.client.post(
-            inst.spec.url + "/drain",
-            content=body.model_dump_json(),
-            headers={"content-type": "application/json"},
-        )
-        if response.status_code != 200:
-            raise from_response(response.status_code, response.content)
+        try:
+            await rt.client.drain(inst.spec.url, body)
+        except CallRefused as err:
+            raise from_response(err.status_code, err.body) from None
 
     async def _switch(
         self, rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole, epoch: int | None
@@ -252,19 +248,15 @@ class SlowLoop:
         """Ask the instance to switch, under the lease's `epoch` (fencing: the instance
         refuses a stale one); None when it is still busy (409: try again later)."""
         body = p.RoleRequest(role=to_role.value, epoch=epoch)
-        response = await rt.client.post(
-            inst.spec.url + "/role",
-            content=body.model_dump_json(),
-            headers={"content-type": "application/json"},
-        )
-        if response.status_code == ConflictError.status_code:
-            refused = from_response(response.status_code, response.content)
+        try:
+            return await rt.client.role(inst.spec.url, body)
+        except CallRefused as err:
+            if err.status_code != ConflictError.status_code:
+                raise ConflictError(f"the instance refused: {err.message}") from None
+            refused = from_response(err.status_code, err.body)
             if refused.code == StaleEpochError.code:
-                raise refused
+                raise refused from None
             return None
-        if response.status_code != 200:
-            raise ConflictError(f"the instance refused: {response.text[:200]}")
-        return p.InstanceInfo.model_validate_json(response.content)
 
     async def close(self) -> None:
         for task in list(self._tasks):

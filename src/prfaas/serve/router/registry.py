@@ -4,14 +4,14 @@ The router pulls every instance's `/state` each `poll_interval_s` (load, new cac
 sequence, link telemetry). A changed `boot_id` means a restart: the instance is re-registered with
 the global index, dropping what it held (stale entries of a restarted peer: llm-d PR #2187), and its
 `restarts` count grows.
-An instance that does not answer
-its poll, or whose call broke and then fails its health `probe` too (`serve.router.flow._judge`), is
-marked unhealthy: `is_accepting` is False in the `ClusterView`, so the scheduler places
-nothing on it, and its cache entries leave the index until it is back. A request's own error
-never marks an instance, and neither does the router's own slowness (`is_own_failure`): a
-poll or probe that timed out while the router's event loop was stalled (`overload.LoopWatch`)
-or that waited for a pooled connection proves nothing about the instance. Polls and probes
-use a client of their own (`client`), so request traffic never starves them of connections.
+An instance that does not answer its poll, or whose call broke and then fails its health
+`probe` too (`serve.router.attempts.judge`), is marked unhealthy: `is_accepting` is False in
+the `ClusterView`, so the scheduler places nothing on it, and its cache entries leave the
+index until it is back. A request's own error never marks an instance, and neither does the
+router's own slowness (`is_own_failure`): a poll or probe that timed out while the router's
+event loop was stalled (`overload.LoopWatch`) or that waited for a pooled connection proves
+nothing about the instance. Polls and probes use an `InstanceClient` of their own
+(`client`), so request traffic never starves them of connections.
 An instance's own failures (5xx answers while it answers its polls: an engine that died) do
 mark it, through its `FailureBreaker` (`serve.router.breaker`: `request_failed`,
 `request_served`; failures while it is marked down are its unreachability, which the polls
@@ -51,10 +51,6 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-import httpx
-from pydantic import BaseModel
 
 from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
@@ -65,10 +61,11 @@ from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpe
 from prfaas.serve.errors import IncompatibleInstanceError
 from prfaas.serve.profile import published_profile
 from prfaas.serve.router.breaker import FailureBreaker
+from prfaas.serve.router.instance_client import CallBroke, InstanceCallError, InstanceClient
 from prfaas.serve.router.lease import replica_id
 from prfaas.serve.router.overload import LoopWatch
 
-_Body = TypeVar("_Body", bound=BaseModel)
+POLL_TIMEOUT_S = 2.0
 PROBE_TRIES = 2
 PROBE_TIMEOUT_S = 2.0
 PROBE_SINCE = 2**62  # a /state that lists no cache events
@@ -121,7 +118,7 @@ class LiveInstance:
 
 class Registry:
     def __init__(
-        self, deployment: Deployment, client: httpx.AsyncClient, watch: LoopWatch | None = None
+        self, deployment: Deployment, client: InstanceClient, watch: LoopWatch | None = None
     ) -> None:
         self.deployment = deployment
         self.instances = {s.name: LiveInstance(s, s.role) for s in deployment.instances}
@@ -149,17 +146,17 @@ class Registry:
         epoch = inst.role_epoch
         started_s = time.monotonic()
         try:
-            state = await self._get(inst, f"/state?since={inst.next_seq}", p.InstanceState)
+            state = await self._state(inst, inst.next_seq)
             if inst.info is None or state.boot_id != inst.info.boot_id or not inst.is_healthy:
                 state = await self._register(inst, epoch)
-        except (httpx.HTTPError, ValueError, IncompatibleInstanceError) as err:
+        except (InstanceCallError, ValueError, IncompatibleInstanceError) as err:
             if self.is_own_failure(err, started_s):
                 self.mark_failed(inst.name)
             return
         self._apply(inst, state, epoch)
 
     async def _register(self, inst: LiveInstance, epoch: int) -> p.InstanceState:
-        info = await self._get(inst, "/info", p.InstanceInfo)
+        info = await self._client.info(inst.spec.url)
         identity = info.cache.identity()
         if self.index is None:
             self.index = GlobalKVCacheIndex(identity)
@@ -173,7 +170,7 @@ class Registry:
         inst.last_poll_s = None
         if epoch == inst.role_epoch:
             inst.role = InstanceRole(info.role)
-        return await self._get(inst, "/state?since=0", p.InstanceState)
+        return await self._state(inst, 0)
 
     def _apply(self, inst: LiveInstance, state: p.InstanceState, epoch: int) -> None:
         assert self.index is not None
@@ -208,10 +205,8 @@ class Registry:
                 sum(v.decodes for v in others),
             )
 
-    async def _get(self, inst: LiveInstance, path: str, kind: type[_Body]) -> _Body:
-        response = await self._client.get(inst.spec.url + path, timeout=2.0)
-        response.raise_for_status()
-        return kind.model_validate_json(response.content)
+    async def _state(self, inst: LiveInstance, since: int) -> p.InstanceState:
+        return await self._client.state(inst.spec.url, since, timeout_s=POLL_TIMEOUT_S)
 
     async def probe(self, inst: LiveInstance) -> bool:
         """Whether `inst` answers a health probe now (GET /state on a fresh connection, twice
@@ -221,17 +216,16 @@ class Registry:
         for _ in range(PROBE_TRIES):
             started_s = time.monotonic()
             try:
-                response = await self._client.get(
-                    inst.spec.url + "/state?since=" + str(PROBE_SINCE),
-                    timeout=PROBE_TIMEOUT_S,
-                    headers={"connection": "close"},
+                await self._client.state(
+                    inst.spec.url, PROBE_SINCE, timeout_s=PROBE_TIMEOUT_S, fresh_connection=True
                 )
-            except httpx.HTTPError as err:
+            except CallBroke as err:
                 if not self.is_own_failure(err, started_s):
                     return True
                 continue
-            if response.status_code == 200:
-                return True
+            except (InstanceCallError, ValueError):
+                continue
+            return True
         return False
 
     def request_failed(self, name: str) -> None:
@@ -253,9 +247,9 @@ class Registry:
         `err` shows the instance failing: a refusal, a reset, an error status or a bad body
         do; a wait for one of the router's pooled connections does not, nor a timeout while
         the router's own loop was stalled (it could not have read the answer in time)."""
-        if isinstance(err, httpx.PoolTimeout):
+        if isinstance(err, CallBroke) and err.is_pool_wait:
             return False
-        if isinstance(err, httpx.TimeoutException):
+        if isinstance(err, CallBroke) and err.is_timeout:
             return not self.watch.stalled_since(started_s)
         return True
 
@@ -323,6 +317,16 @@ class Registry:
         assert info is not None  # the index holds only registered instances
         return HitPricing(published_profile(info.timing, info), info.disk_read_bytes_per_s)
 
+    def attention_tokens(self, name: str, token_ids: Sequence[int]) -> int:
+        """Prompt tokens whose attention KV instance `name` holds (block aligned, the last
+        token never counted), as its cache events have told the index."""
+        instance_id = InstanceId(name)
+        if self.index is None or instance_id not in self.index.instances or len(token_ids) < 2:
+            return 0
+        scheme = self.index.identity.scheme
+        hashes = scheme.hash_tokens(list(token_ids[:-1]))
+        return self.index.attention_blocks(instance_id, hashes) * scheme.block_tokens
+
     def indexed_blocks(self, name: str) -> int:
         """Block entries (all groups) the global index holds for instance `name`."""
         instance_id = InstanceId(name)
@@ -354,6 +358,12 @@ class Registry:
         context (`InstanceInfo.capabilities`: the vllm backend's, as `vllm serve`)."""
         infos = [i.info for i in self.healthy() if i.info is not None]
         return bool(infos) and all(info.capabilities.chat_runs_to_context for info in infos)
+
+    def byte_tokenizer(self) -> bool:
+        """Whether every instance's prompts are the byte tokenizer's
+        (`capabilities.byte_tokenizer`): the router then encodes them itself."""
+        infos = [i.info for i in self.healthy() if i.info is not None]
+        return bool(infos) and all(info.capabilities.byte_tokenizer for info in infos)
 
     def max_context_tokens(self) -> int | None:
         """The served model's context, as every instance that registered reported it (it is

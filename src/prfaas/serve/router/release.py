@@ -14,27 +14,21 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 
-import httpx
-
 from prfaas.serve import protocol as p
+from prfaas.serve.router.instance_client import InstanceCallError, InstanceClient
 
 CANCEL_TIMEOUT_S = 5.0
 
 
 def cancel_on(
-    client: httpx.AsyncClient, tasks: set[asyncio.Task[None]], request_id: str, urls: Iterable[str]
+    client: InstanceClient, tasks: set[asyncio.Task[None]], request_id: str, urls: Iterable[str]
 ) -> None:
     """`POST /cancel {request_id}` to every instance base URL in `urls`, once each."""
-    body = p.CancelRequest(request_id=request_id).model_dump_json()
+    body = p.CancelRequest(request_id=request_id)
 
     async def cancel(url: str) -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            await client.post(
-                url + "/cancel",
-                content=body,
-                headers={"content-type": "application/json"},
-                timeout=CANCEL_TIMEOUT_S,
-            )
+        with contextlib.suppress(InstanceCallError, ValueError):
+            await client.cancel(url, body, timeout_s=CANCEL_TIMEOUT_S)
 
     for url in dict.fromkeys(urls):
         task = asyncio.get_running_loop().create_task(cancel(url))

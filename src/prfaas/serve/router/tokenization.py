@@ -1,8 +1,8 @@
 """vLLM's tokenizer and model endpoints on the router: `/tokenize`, `/detokenize`,
 `/v1/models`, `/version`.
 
-The router holds no tokenizer (it imports no torch and loads no model files: docs/architecture.md
-walls): it asks an instance, whose tokenizer is the served model's (`flow.tokenize`), so the
+The router encodes prompts as the instances do (`serve.router.prompt_tokens`: itself for the
+byte tokenizer, else by asking an instance, whose tokenizer is the served model's), so the
 ids `/tokenize` returns are exactly the ones `/v1/completions` would prefill for that prompt
 (and, with `messages`, the ones `/v1/chat/completions` would). Shapes follow vLLM's server
 (`vllm/entrypoints/openai/protocol.py`, `serving_tokenization.py`, `serving_models.py`):
@@ -36,13 +36,8 @@ import prfaas
 from prfaas.serve.edge.jsonbody import load_json
 from prfaas.serve.edge.openai_api import MAX_TOKEN_ID, ChatFields, parse_body
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError
-from prfaas.serve.router.flow import (
-    RouterRuntime,
-    check_token_ids,
-    detokenize,
-    tokenize,
-    tokenize_chat,
-)
+from prfaas.serve.router.flow import RouterRuntime, check_token_ids
+from prfaas.serve.router.prompt_tokens import detokenize, tokenize, tokenize_chat
 
 
 class _Body(BaseModel):
@@ -90,9 +85,11 @@ async def tokenize_body(rt: RouterRuntime, raw: bytes) -> dict[str, Any]:
         _refuse("return_token_strs", data["return_token_strs"])
     _checked_model(rt, body)
     if isinstance(body, TokenizeChat):
-        tokens = await tokenize_chat(rt, body.chat)
+        tokens = await tokenize_chat(rt.client, rt.registry, body.chat)
     else:
-        tokens = await tokenize(rt, body.prompt, add_special_tokens=body.add_special_tokens)
+        tokens = await tokenize(
+            rt.client, rt.registry, body.prompt, add_special_tokens=body.add_special_tokens
+        )
     return {
         "count": len(tokens),
         "max_model_len": rt.registry.max_context_tokens(),
@@ -106,7 +103,8 @@ async def detokenize_body(rt: RouterRuntime, raw: bytes) -> dict[str, Any]:
     body = parse_body(raw, Detokenize, rt.deployment.router.max_body_bytes)
     _checked_model(rt, body)
     check_token_ids(rt, body.tokens, "tokens")
-    return {"prompt": await detokenize(rt, body.tokens) if body.tokens else ""}
+    text = await detokenize(rt.client, rt.registry, body.tokens) if body.tokens else ""
+    return {"prompt": text}
 
 
 def model_card(rt: RouterRuntime, created: int) -> dict[str, Any]:
