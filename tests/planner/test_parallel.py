@@ -182,7 +182,8 @@ def test_a_shape_per_pd_role_under_aiconfigurator_is_never_worse(model: str) -> 
     )
     lam = [s.report.deployments["homogeneous_pd"].lambda_max for s in (shared, found)]
     assert lam[1] >= lam[0]
-    if model == "qwen3-235b":  # decode on TP4 with EP4 beside TP4 prefill (docs/planner.md)
+    if model == "qwen3-235b":  # decode with attention DP8 beside 4-GPU prefill (docs/planner.md)
         assert found.hardware.pd_decode is not None
-        assert "tp4 ep4" in found.hardware.pd_decode.profile.source
+        assert found.hardware.pd_decode.profile.source.endswith("tp1 ep8 dp8)")
+        assert found.hardware.pd.profile.gpus_per_instance == 4
         assert lam[1] > lam[0]
