@@ -9,11 +9,13 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    data for each engine, and the paper's Table 3 (T = S_kv / Phi_kv).
 2. `homogeneous_vs_disagg`: 3 models (dense, MoE, hybrid) x 2 chips x 2 SLO settings on 64
    GPUs, ISL 8000 / OSL 512: prfaas's homogeneous-PD plan with the parallelism search under
-   `--timing aic` against aiconfigurator's own disaggregated plan (`aiconfigurator.cli.api.
-   cli_default`, the upper `aiconfigurator` package, which must be importable: it is not part of
-   `prfaas[aic]`; `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable
-   wcwidth 'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH). Throughput per GPU
-   side by side.
+   `--timing aic` (a shape per PD role, and beside it one shared shape) against
+   aiconfigurator's own disaggregated plan (`aiconfigurator.cli.api.cli_default`, the upper
+   `aiconfigurator` package, which must be importable: it is not part of `prfaas[aic]`;
+   `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth
+   'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH; without it the row's
+   `aiconfigurator` is an error line and only prfaas's side runs). Throughput per GPU of the
+   64 side by side.
 3. `prfaas_across_clusters`: PrfaaS-PD with a B200 PrfaaS cluster and an H200 PD cluster over
    a 100 Gbps link (the case study's lengths, OSL 1024, 40 tokens/s), searched under aic,
    against aiconfigurator's best single-cluster plan (H200 or B200) at equal price, run at the
@@ -117,6 +119,26 @@ def _progress(*what: object) -> None:
     print("done:", *what, file=sys.stderr, flush=True)
 
 
+def _homogeneous(
+    hardware: Hardware, workload: Workload, choice: TimingChoice, *, per_role_pd: bool
+) -> dict[str, Any]:
+    """prfaas's searched homogeneous-PD plan on all TOTAL_GPUS (per GPU of the budget: with a
+    shape per role, GPUs neither shape divides stay idle and still count)."""
+    found = search_parallelism(
+        hardware, workload, 100, choice, "homogeneous_pd", per_role_pd=per_role_pd
+    )
+    point = found.report.deployments["homogeneous_pd"]
+    return {
+        "req_per_s_per_gpu": point.lambda_max / TOTAL_GPUS,
+        "n_p": point.n_p, "n_d": point.n_d, "num_gpus_used": point.num_gpus,
+        "bottleneck": str(point.bottleneck), "ttft_mean_s": point.ttft_mean_s,
+        "decode_batch": found.report.decode.max_batch_size,
+        "decode_step_ms": found.report.decode.step_s * 1e3,
+        "pd_p_timing": found.hardware.pd.profile.source,
+        "pd_d_timing": found.hardware.decode_cluster.profile.source,
+    }  # fmt: skip
+
+
 def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
     choice = TimingChoice(TimingSource.AIC, engine)
     workload = Workload.synthetic(FixedLength(ISL), FixedLength(OSL), f"ISL {ISL} / OSL {OSL}")
@@ -130,23 +152,17 @@ def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
                     link_gbps=100,
                     decode_slo_tokens_per_s=1e3 / slo["tpot_ms"],
                 )
-                found = search_parallelism(hardware, workload, 100, choice, "homogeneous_pd")
-                point = found.report.deployments["homogeneous_pd"]
+                ours = {
+                    label: _homogeneous(hardware, workload, choice, per_role_pd=per)
+                    for label, per in (("prfaas_homogeneous", True), ("prfaas_one_pd_shape", False))
+                }
                 system = aic.aic_system(get_chip(chip)) or chip
                 theirs = _aic_disagg(
                     model, system, TOTAL_GPUS, str(engine), slo=slo, isl=ISL, osl=OSL
                 )
                 _progress(model, chip, slo)
                 rows.append({
-                    "model": model, "family": family, "chip": chip, "slo": slo,
-                    "prfaas_homogeneous": {
-                        "req_per_s_per_gpu": point.lambda_max / point.num_gpus,
-                        "n_p": point.n_p, "n_d": point.n_d, "bottleneck": str(point.bottleneck),
-                        "ttft_mean_s": point.ttft_mean_s,
-                        "decode_batch": found.report.decode.max_batch_size,
-                        "decode_step_ms": found.report.decode.step_s * 1e3,
-                        "timing": found.hardware.pd.profile.source,
-                    },
+                    "model": model, "family": family, "chip": chip, "slo": slo, **ours,
                     "aiconfigurator": theirs,
                 })  # fmt: skip
     return rows
@@ -184,7 +200,8 @@ def across_clusters_rows(engine: AicEngine) -> list[dict[str, Any]]:
                 "n_p": point.n_p, "n_d": point.n_d, "bottleneck": str(point.bottleneck),
                 "egress_gbps": point.egress_gbps,
                 "prfaas_timing": found.hardware.prfaas.profile.source,
-                "pd_timing": found.hardware.pd.profile.source,
+                "pd_p_timing": found.hardware.pd.profile.source,
+                "pd_d_timing": found.hardware.decode_cluster.profile.source,
             },
             "aiconfigurator_single_cluster_at_equal_price": single,
             "aic_isl_tokens": isl,

@@ -33,6 +33,47 @@ def test_plan_writes_a_deployment_prfaas_up_accepts(
     assert {spec.chip for spec in deployment.instances} == {"h200", "h20"}
 
 
+def test_a_plan_with_a_shape_per_pd_role_is_written_without_role_flips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # On dense-70b the search gives PD-P instances of 2 GPUs and PD-D instances of 8: the
+    # slow loop would flip one into a role whose shape differs, so the file turns it off.
+    out = tmp_path / "deployment.yaml"
+    code, stdout, _ = run(
+        ["plan", "-s", str(DENSE_70B), "--search-parallelism", "--deployment-out", str(out)],
+        capsys,
+    )
+    assert code == 0
+    assert "PD-P and PD-D have different shapes" in stdout
+    deployment = load_deployment(out)
+    assert check_deployment(deployment, Scope.ALL, secret_generated=True) == []
+    assert deployment.rebalance.enabled is False
+    shapes = {
+        role: {s.gpus_per_instance for s in deployment.instances if s.role.value == role}
+        for role in ("pd-prefill", "pd-decode")
+    }
+    assert shapes == {"pd-prefill": {2}, "pd-decode": {8}}
+    assert "slow loop is off" in out.read_text()
+
+
+def test_one_pd_shape_keeps_role_flips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "deployment.yaml"
+    args = ["plan", "-s", str(DENSE_70B), "--search-parallelism", "--one-pd-shape"]
+    code, stdout, _ = run([*args, "--deployment-out", str(out)], capsys)
+    assert code == 0
+    assert "different shapes" not in stdout
+    deployment = load_deployment(out)
+    assert deployment.rebalance.enabled is True
+    pd = {s.gpus_per_instance for s in deployment.instances if s.role.value.startswith("pd-")}
+    assert len(pd) == 1
+
+
+def test_one_pd_shape_needs_the_search(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["plan", "--one-pd-shape"], capsys)
+    assert code == 2
+    assert "--one-pd-shape restricts the parallelism search" in err
+
+
 def test_engine_without_aic_timing_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["plan", "--engine", "vllm"], capsys)
     assert code == 2

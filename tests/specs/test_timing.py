@@ -97,6 +97,22 @@ def test_aic_times_expert_and_attention_data_parallel_splits_apart() -> None:
     assert len(times) == 3
 
 
+@needs_aic
+def test_attention_data_parallel_ranks_share_an_instances_requests() -> None:
+    # aiconfigurator's batch is per attention-DP rank: 8 requests on 8 GPUs are one per rank
+    # with DP8 and one batch of 8 with TP8. The same work on the same GPUs takes comparable
+    # time (within 2x either way); counting the instance's batch per rank made DP8 6-8x slower.
+    spec, chip, choice = get_model("qwen3-235b"), get_chip("b200"), TimingChoice(TimingSource.AIC)
+    dp8 = time_instance(spec, chip, Parallelism(1, 8, 8), choice).profile
+    tp8 = time_instance(spec, chip, Parallelism(8, 8), choice).profile
+    for length in (2048, 8192):
+        ratio = dp8.prefill_s(length) / tp8.prefill_s(length)  # tp8: one request, no batching
+        assert ratio < 1.0  # DP8's rate on 8 requests beats TP8 prefilling them one at a time
+    for batch in (8, 64, 256):
+        ratio = dp8.decode_step_s(batch, 8192) / tp8.decode_step_s(batch, 8192)
+        assert 0.5 < ratio < 2.0
+
+
 def test_a_scenario_times_planner_and_simulator_by_its_source(tmp_path: Path) -> None:
     text = DENSE_70B.read_text() + "timing: {source: measured}\n"
     path = tmp_path / "dense-70b-measured.yaml"

@@ -22,6 +22,7 @@ from prfaas.cli.output import (
     resolve_format,
 )
 from prfaas.cli.plan_deploy import write_deployment
+from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.parallel import search_parallelism
 from prfaas.planner.plan import PlanReport
@@ -134,14 +135,40 @@ def _render(scenario: Scenario, chosen: ScenarioPlan, out: Output) -> None:
     )
     for warning in report.warnings:
         out.note(f"warning: {warning}")
-    for role, cluster in (("PrfaaS", hw.prfaas), ("PD", hw.pd)):
-        profile = cluster.profile
-        out.note(
-            f"{role}: {cluster.num_instances} x {profile.chip.name} x{profile.gpus_per_instance}, "
-            f"timing {profile.source}"
-        )
+    for line in _cluster_lines(hw):
+        out.note(line)
     for note in scenario.timing_notes:
         out.note(note)
+
+
+#: What a plan with a shape per PD role gives up (docs/planner.md, "Parallelism search").
+PD_SHAPES_NOTE = (
+    "PD-P and PD-D have different shapes: their instances cannot flip roles, so the slow "
+    "loop cannot rebalance this plan (--deployment-out turns its flips off; --one-pd-shape "
+    "keeps one shape)"
+)
+
+
+def _cluster_lines(hw: Hardware) -> list[str]:
+    """Each cluster's instances and timing source; a PD cluster whose roles take their own
+    shapes is one line per role, then what that gives up."""
+    prfaas, pd, decode = hw.prfaas.profile, hw.pd.profile, hw.decode_cluster.profile
+    lines = [
+        f"PrfaaS: {hw.prfaas.num_instances} x {prfaas.chip.name} x{prfaas.gpus_per_instance}, "
+        f"timing {prfaas.source}"
+    ]
+    if hw.pd_decode is None:
+        return [
+            *lines,
+            f"PD: {hw.pd.num_instances} x {pd.chip.name} x{pd.gpus_per_instance}, "
+            f"timing {pd.source}",
+        ]
+    return [
+        *lines,
+        f"PD: {hw.pd.num_gpus} x {pd.chip.name}; PD-P instances x{pd.gpus_per_instance}, "
+        f"timing {pd.source}; PD-D instances x{decode.gpus_per_instance}, timing {decode.source}",
+        PD_SHAPES_NOTE,
+    ]
 
 
 def timing_json(scenario: Scenario) -> dict[str, object]:
@@ -154,7 +181,10 @@ def timing_json(scenario: Scenario) -> dict[str, object]:
         "pd": hw.pd.profile.source,
         "prfaas_gpus_per_instance": hw.prfaas.profile.gpus_per_instance,
         "pd_gpus_per_instance": hw.pd.profile.gpus_per_instance,
-        "notes": list(scenario.timing_notes),
+        "pd_decode": hw.decode_cluster.profile.source,
+        "pd_decode_gpus_per_instance": hw.decode_cluster.profile.gpus_per_instance,
+        "pd_roles_share_shape": hw.pd_decode is None,
+        "notes": list(scenario.timing_notes) + ([] if hw.pd_decode is None else [PD_SHAPES_NOTE]),
     }
 
 
@@ -205,6 +235,14 @@ SearchOption = Annotated[
         help="Search each cluster's GPUs per instance and TP/EP/DP split (planner.parallel).",
     ),
 ]
+OnePdShapeOption = Annotated[
+    bool,
+    typer.Option(
+        "--one-pd-shape",
+        help="With --search-parallelism: one shape for PD-P and PD-D, so the slow loop can "
+        "flip PD instances between the roles (default: each role its own shape if better).",
+    ),
+]
 DeploymentOutOption = Annotated[
     Path | None,
     typer.Option("--deployment-out", help="Write the PrfaaS-PD plan as a `prfaas up` file."),
@@ -220,10 +258,14 @@ def _with_timing(
     return body.model_copy(update={"timing": chosen})
 
 
-def _searched(scenario: Scenario) -> Scenario:
+def _searched(scenario: Scenario, *, per_role_pd: bool) -> Scenario:
     """The scenario on the instance shapes that maximise PrfaaS-PD (planner.parallel)."""
     found = search_parallelism(
-        scenario.hardware, scenario.workload, scenario.threshold_step_tokens, scenario.timing
+        scenario.hardware,
+        scenario.workload,
+        scenario.threshold_step_tokens,
+        scenario.timing,
+        per_role_pd=per_role_pd,
     )
     notes = tuple(dict.fromkeys(scenario.timing_notes + found.timing_notes))
     return replace(scenario, hardware=found.hardware, timing_notes=notes)
@@ -248,11 +290,14 @@ def command(
     timing: TimingOption = None,
     engine: EngineOption = None,
     search: SearchOption = False,
+    one_pd_shape: OnePdShapeOption = False,
     deployment_out: DeploymentOutOption = None,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
     fmt = resolve_format(output_format, as_json)
+    if one_pd_shape and not search:
+        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
     if cache_blocks is not None and pool_aware:
         raise SpecError("--cache-blocks sizes the ideal replay: add --no-pool-aware")
     body, base_dir = read_scenario_file(scenario)
@@ -264,7 +309,7 @@ def command(
         resolved = build_scenario(body, base_dir, Path(scenario).name)
         if search:
             bar.update(task, description="searching instance shapes")
-            resolved = _searched(resolved)
+            resolved = _searched(resolved, per_role_pd=not one_pd_shape)
         bar.update(task, description="searching t and the P/D split (per-instance pools)")
         chosen = plan_scenario(resolved, body, base_dir, pool_aware=pool_aware)
     if fmt is Format.JSON:

@@ -2,8 +2,12 @@
 `prfaas up` accepts (serve.config.deployment), on the emulated backend at full scale.
 
 One instance per planned PrfaaS prefill, PD-P and PD-D instance, each with the chip and GPUs
-per instance of its cluster (as the parallelism search chose them), the plan's threshold, the
-scenario's link and decode SLO; ports 0 (picked free at launch). The file is validated by the
+per instance of its cluster and role (as the parallelism search chose them), the plan's
+threshold, the scenario's link and decode SLO; ports 0 (picked free at launch). A plan whose
+PD-P and PD-D instances have different shapes is written with the slow loop off
+(`rebalance.enabled: false`): the loop flips PD instances between the roles and a deployment
+file cannot say which instance may take which role, so it would put an instance into a role
+whose shape the plan did not give it. The file is validated by the
 same loader `prfaas up` uses before it is written, so a plan that `up` would refuse (a model
 not in the catalog, for instance) is an error here, not at launch.
 """
@@ -37,7 +41,7 @@ def _instances(report: PlanReport, hardware: Hardware) -> list[dict[str, Any]]:
     for prefix, role, cluster_name, cluster, count in (
         ("prfaas", "prfaas-prefill", "prfaas", hardware.prfaas, point.n_prfaas),
         ("pdp", "pd-prefill", "pd", hardware.pd, point.n_p),
-        ("pdd", "pd-decode", "pd", hardware.pd, point.n_d),
+        ("pdd", "pd-decode", "pd", hardware.decode_cluster, point.n_d),
     ):
         rows += [
             {
@@ -65,7 +69,12 @@ def deployment_dict(report: PlanReport, hardware: Hardware) -> dict[str, Any]:
         "router": {"port": 0},
         "link": {"rate_gbps": hardware.link_gbps, "rtt_ms": 20, "shaping": "token-bucket"},
         "emulation": {"time_factor": 1.0, "byte_factor": BYTE_FACTOR},
-        "rebalance": {"decode_slo_tokens_per_s": hardware.decode_slo_tokens_per_s},
+        "rebalance": {
+            # Instances of two shapes cannot flip roles (the slow loop would flip one into a
+            # role whose shape differs): a plan with a shape per PD role runs as planned.
+            "enabled": hardware.pd_decode is None,
+            "decode_slo_tokens_per_s": hardware.decode_slo_tokens_per_s,
+        },
         "instances": _instances(report, hardware),
     }
 
@@ -83,4 +92,11 @@ def write_deployment(report: PlanReport, hardware: Hardware, path: Path) -> None
         f"{hardware.prfaas.profile.source} (PrfaaS) / {hardware.pd.profile.source} (PD).\n"
         "# Emulated instances are timed by the catalog's profile (serve.backends.emulated).\n"
     )
+    if hardware.pd_decode is not None:
+        header += (
+            f"# PD-P instances x{hardware.pd.profile.gpus_per_instance} and PD-D instances "
+            f"x{hardware.pd_decode.profile.gpus_per_instance} GPUs: instances of two shapes "
+            "cannot flip roles, so the slow loop is off\n# (rebalance.enabled: false; t and "
+            "the roles stay as planned).\n"
+        )
     path.write_text(header + yaml.safe_dump(content, sort_keys=False))

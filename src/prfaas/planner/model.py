@@ -65,12 +65,52 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
-    """A PrfaaS cluster linked to a local PD cluster, and the decode SLO they serve under."""
+    """A PrfaaS cluster linked to a local PD cluster, and the decode SLO they serve under.
+
+    `pd` is the PD cluster in the shape of its PD-P instances, and of its PD-D instances too
+    unless `pd_decode` gives them their own (the same GPUs in another shape, from the
+    parallelism search). Instances of two shapes cannot flip roles, so only a plan with
+    `pd_decode` None can be rebalanced by the slow loop (docs/planner.md)."""
 
     prfaas: Cluster
     pd: Cluster
     link_gbps: float
     decode_slo_tokens_per_s: float
+    pd_decode: Cluster | None = None
+
+    def __post_init__(self) -> None:
+        if self.pd_decode is None:
+            return
+        p, d = self.pd.profile, self.pd_decode.profile
+        if p.chip != d.chip or self.pd.num_gpus != self.pd_decode.num_gpus:
+            raise ValueError(
+                "pd_decode is the PD cluster's GPUs in another shape: same chip and GPUs"
+            )
+
+    @property
+    def decode_cluster(self) -> Cluster:
+        """The PD cluster in the shape of its PD-D instances."""
+        return self.pd if self.pd_decode is None else self.pd_decode
+
+    def pd_gpus(self, n_p: int, n_d: int) -> int:
+        """GPUs of N_p PD-P and N_d PD-D instances, each in its role's shape."""
+        return (
+            n_p * self.pd.profile.gpus_per_instance
+            + n_d * self.decode_cluster.profile.gpus_per_instance
+        )
+
+    def pd_splits(self, num_gpus: int) -> list[tuple[int, int]]:
+        """Every (N_p, N_d), both at least 1, on `num_gpus` PD-chip GPUs: N_d is as many PD-D
+        instances as fit beside N_p PD-P ones. With one shape this is N_p + N_d = N, the
+        paper's grid; with two, GPUs one shape cannot divide stay idle."""
+        p_gpus = self.pd.profile.gpus_per_instance
+        d_gpus = self.decode_cluster.profile.gpus_per_instance
+        splits = []
+        for n_p in range(1, num_gpus // p_gpus + 1):
+            n_d = (num_gpus - n_p * p_gpus) // d_gpus
+            if n_d >= 1:
+                splits.append((n_p, n_d))
+        return splits
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +230,13 @@ class StageModel:
     def build(cls, hardware: Hardware, workload: Workload, step_tokens: int) -> StageModel:
         histogram = workload.uncached_input.histogram(step_tokens)
         split = histogram.split()
-        prfaas, pd = hardware.prfaas.profile, hardware.pd.profile
+        prfaas, pd, decoder = hardware.prfaas.profile, hardware.pd.profile, hardware.decode_cluster
         decode = decode_capacity(
-            pd,
+            decoder.profile,
             hardware.decode_slo_tokens_per_s,
             workload.mean_decode_context_tokens,
             workload.mean_input_tokens + workload.mean_output_tokens,
-            None if hardware.pd.memory is None else hardware.pd.memory.kv_capacity_bytes,
+            None if decoder.memory is None else decoder.memory.kv_capacity_bytes,
         )
         return cls(
             hardware=hardware,

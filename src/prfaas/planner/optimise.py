@@ -97,7 +97,7 @@ def operating_point(
     mass = model.histogram.mass
     hw = model.hardware
     prfaas_gpus = n_prfaas * hw.prfaas.profile.gpus_per_instance
-    pd_gpus = (n_p + n_d) * hw.pd.profile.gpus_per_instance
+    pd_gpus = hw.pd_gpus(n_p, n_d)
     return OperatingPoint(
         threshold_tokens=round(float(split.threshold_tokens[k])) if has_threshold else None,
         n_prfaas=n_prfaas,
@@ -127,23 +127,38 @@ def best_configuration(
     num_pd_instances: int,
     threshold_indices: Sequence[int] | None = None,
 ) -> tuple[int, int]:
-    """(N_p, threshold index) maximising Lambda_max over the grid, N_d = num_pd - N_p.
+    """(N_p, threshold index) maximising Lambda_max over the grid, N_d = num_pd - N_p: the
+    grid of PD instances of one shape, which the slow loop flips between the two roles.
 
     `threshold_indices` restricts the thresholds (default: every edge).
     """
+    splits = [(n_p, num_pd_instances - n_p) for n_p in n_p_choices]
+    (n_p, _), k = best_split(model, n_prfaas, splits, threshold_indices)
+    return n_p, k
+
+
+def best_split(
+    model: StageModel,
+    n_prfaas: int,
+    splits: Sequence[tuple[int, int]],
+    threshold_indices: Sequence[int] | None = None,
+) -> tuple[tuple[int, int], int]:
+    """((N_p, N_d), threshold index) maximising Lambda_max over the given splits (as
+    `Hardware.pd_splits` lists them) and the thresholds (default: every edge)."""
     columns = (
         np.arange(model.num_thresholds)
         if threshold_indices is None
         else np.asarray(threshold_indices, dtype=np.int64)
     )
-    n_p = np.asarray(n_p_choices, dtype=np.float64)[:, None]
-    rates = model.rates(n_prfaas, n_p, num_pd_instances - n_p)
+    pairs = np.asarray(splits, dtype=np.float64).reshape(-1, 2)
+    rates = model.rates(n_prfaas, pairs[:, :1], pairs[:, 1:])
     lam = rates.lambda_max[:, columns]
     headroom = np.minimum(rates.prfaas_bound, rates.pd_p_bound)[:, columns]
     best = float(lam.max())
     tied = lam >= best * (1 - TIE_TOLERANCE)
     row, col = np.unravel_index(int(np.argmax(np.where(tied, headroom, -np.inf))), lam.shape)
-    return int(n_p_choices[int(row)]), int(columns[col])
+    n_p, n_d = splits[int(row)]
+    return (int(n_p), int(n_d)), int(columns[col])
 
 
 @dataclass(frozen=True, slots=True, eq=False)

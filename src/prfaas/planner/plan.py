@@ -5,7 +5,10 @@
     naive_heterogeneous     all prefill on the PrfaaS cluster, all PD instances decode, no t
     equal_cost_homogeneous  PD-chip instances costing no more than PrfaaS-PD, best N_p / N_d
 
-Prices are `ChipSpec.relative_price` per GPU (H20 = 1). One `StageModel` serves all four: the
+PD-P and PD-D instances take their roles' shapes (`Hardware.pd_decode`; one shape unless the
+parallelism search gave each its own), and the PD baselines keep them: their GPUs are split as
+`Hardware.pd_splits` lists. Prices are `ChipSpec.relative_price` per GPU (H20 = 1). One
+`StageModel` serves all four: the
 baselines are the ends of its threshold grid (see `planner.model`). Also returned: the two
 sweeps behind the paper's Fig. 5 (Lambda_max versus N_p with t re-optimised per N_p, and the
 bounds versus t at the optimal N_p / N_d), the decode capacity, and the memory fit check
@@ -22,7 +25,7 @@ from prfaas.planner.model import DecodeCapacity, Hardware, StageModel
 from prfaas.planner.optimise import (
     OperatingPoint,
     ThresholdSweep,
-    best_configuration,
+    best_split,
     operating_point,
     threshold_sweep,
 )
@@ -61,58 +64,61 @@ class PlanReport:
 
 
 def fit_warnings(hardware: Hardware) -> tuple[str, ...]:
-    """The memory fit check of both clusters: a line per cluster whose weights do not fit."""
+    """The memory fit check of both clusters: a line per cluster (and PD-D shape) whose
+    weights do not fit."""
+    decode_only = "; decode is bounded by the latency objective only"
+    roles = [("prfaas", hardware.prfaas, ""), ("pd", hardware.pd, decode_only)]
+    if hardware.pd_decode is not None:
+        roles = [roles[0], ("pd-p", hardware.pd, ""), ("pd-d", hardware.pd_decode, decode_only)]
     lines = []
-    for role, cluster, consequence in (
-        ("prfaas", hardware.prfaas, ""),
-        ("pd", hardware.pd, "; decode is bounded by the latency objective only"),
-    ):
+    for role, cluster, consequence in roles:
         warning = None if cluster.memory is None else cluster.memory.fit_warning()
         if warning is not None:
             lines.append(f"{role}: {warning}{consequence}")
     return tuple(lines)
 
 
-def _homogeneous(model: StageModel, num_instances: int) -> OperatingPoint:
-    """Every instance of the PD chip, best split, no offloading (the last threshold edge)."""
-    if num_instances < 2:
+def _homogeneous(model: StageModel, num_gpus: int) -> OperatingPoint:
+    """`num_gpus` of the PD chip in PD instances, best split, no offloading (the last
+    threshold edge)."""
+    splits = model.hardware.pd_splits(num_gpus)
+    if not splits:
         raise InfeasiblePlanError("a homogeneous PD baseline needs at least 2 instances")
     top = model.num_thresholds - 1
-    n_p, _ = best_configuration(model, 0, range(1, num_instances), num_instances, [top])
-    return operating_point(model, 0, n_p, num_instances - n_p, top, has_threshold=False)
+    (n_p, n_d), _ = best_split(model, 0, splits, [top])
+    return operating_point(model, 0, n_p, n_d, top, has_threshold=False)
 
 
 def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport:
     """Optimise PrfaaS-PD and evaluate the baselines on one stage model."""
-    num_pd = hardware.pd.num_instances
-    if num_pd < 2:
+    splits = hardware.pd_splits(hardware.pd.num_gpus)
+    if not splits:
         raise InfeasiblePlanError("pd: PrfaaS-PD needs at least 2 PD instances (1 PD-P, 1 PD-D)")
     model = StageModel.build(hardware, workload, step_tokens)
     n_prfaas = hardware.prfaas.num_instances
-    n_p, k = best_configuration(model, n_prfaas, range(1, num_pd), num_pd)
-    prfaas_pd = operating_point(model, n_prfaas, n_p, num_pd - n_p, k, has_threshold=True)
+    (n_p, n_d), k = best_split(model, n_prfaas, splits)
+    prfaas_pd = operating_point(model, n_prfaas, n_p, n_d, k, has_threshold=True)
 
-    pd_instance_gpus = hardware.pd.profile.gpus_per_instance
-    pd_instance_price = pd_instance_gpus * hardware.pd.profile.chip.relative_price
-    same_gpus = (hardware.prfaas.num_gpus + hardware.pd.num_gpus) // pd_instance_gpus
-    same_price = int(prfaas_pd.price // pd_instance_price)
+    same_gpus = hardware.prfaas.num_gpus + hardware.pd.num_gpus
+    same_price_gpus = int(prfaas_pd.price // hardware.pd.profile.chip.relative_price)
+    num_decoders = hardware.decode_cluster.num_instances
     deployments = {
         "prfaas_pd": prfaas_pd,
         "homogeneous_pd": _homogeneous(model, same_gpus),
-        "naive_heterogeneous": operating_point(model, n_prfaas, 0, num_pd, 0, has_threshold=False),
-        "equal_cost_homogeneous": _homogeneous(model, same_price),
+        "naive_heterogeneous": operating_point(
+            model, n_prfaas, 0, num_decoders, 0, has_threshold=False
+        ),
+        "equal_cost_homogeneous": _homogeneous(model, same_price_gpus),
     }
     sweep = []
-    for sweep_n_p in range(1, num_pd):
-        _, sweep_k = best_configuration(model, n_prfaas, [sweep_n_p], num_pd)
-        point = operating_point(
-            model, n_prfaas, sweep_n_p, num_pd - sweep_n_p, sweep_k, has_threshold=True
-        )
+    for sweep_n_p, sweep_n_d in splits:
+        _, sweep_k = best_split(model, n_prfaas, [(sweep_n_p, sweep_n_d)])
+        point = operating_point(model, n_prfaas, sweep_n_p, sweep_n_d, sweep_k, has_threshold=True)
         sweep.append(point)
     return PlanReport(
         deployments=deployments,
         n_p_sweep=tuple(sweep),
-        threshold_sweep=threshold_sweep(model, n_prfaas, n_p, num_pd - n_p),
+        threshold_sweep=threshold_sweep(model, n_prfaas, n_p, n_d),
         decode=model.decode,
         workload=workload,
         warnings=fit_warnings(hardware),

@@ -6,13 +6,15 @@ system by summing per-operation latencies interpolated from kernel measurements 
 attention, MoE, all-reduce and all-to-all) collected per engine (SGLang, vLLM, TensorRT-LLM)
 and engine version. We ask it, per instance, for:
 
-    T_prefill(l)          predict_prefill_latency(batch = dp, isl = l) / dp
-    T_step(batch, c)      decode_step_latency(batch, isl = c, osl = 2)
+    T_prefill(l)          predict_prefill_latency(batch = 1, isl = l) / dp
+    T_step(batch, c)      decode_step_latency(ceil(batch / dp), isl = c, osl = 2)
 
-With attention data parallelism an instance prefills `dp` requests at once (one per attention
-rank), so its per-request prefill time is the batch's latency over dp: the rate the planner's
-Eq. 3-4 need (a request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l)
-stays our `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
+aiconfigurator's batch is per attention-data-parallel rank (its backends report the global
+batch as batch x attention_dp_size), so an instance with dp ranks prefills dp requests at once
+in the latency of one per rank, and decodes a batch of B as dp ranks of B / dp each. The
+per-request prefill time is that latency over dp: the rate the planner's Eq. 3-4 need (a
+request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l) stays our
+`ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
 
 Coverage is decided here, once per (model, chip, engine): the chip must have a system in
 aiconfigurator's data (`h200` -> `h200_sxm`) with data for the engine, and the model's Hugging
@@ -151,8 +153,8 @@ class AicProfile:
     def prefill_s(self, length_tokens: int) -> float:
         value = self._prefill.get(length_tokens)
         if value is None:
-            batch_ms = self._handle().predict_prefill_latency(self.split.dp, length_tokens)
-            value = self._prefill[length_tokens] = batch_ms / 1e3 / self.split.dp
+            rank_ms = self._handle().predict_prefill_latency(1, length_tokens)
+            value = self._prefill[length_tokens] = rank_ms / 1e3 / self.split.dp
         return value
 
     def cache_bytes(self, length_tokens: int) -> float:
@@ -162,7 +164,8 @@ class AicProfile:
         key = (batch_size, context_tokens)
         value = self._step.get(key)
         if value is None:
-            step_ms = self._handle().decode_step_latency(batch_size, max(1, context_tokens), 2)
+            per_rank = -(-batch_size // self.split.dp)  # the ranks share the batch
+            step_ms = self._handle().decode_step_latency(per_rank, max(1, context_tokens), 2)
             value = self._step[key] = step_ms / 1e3
         return value
 
