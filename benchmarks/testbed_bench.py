@@ -18,10 +18,13 @@ from the client host, with `prfaas bench` (its own process):
                  out of routing (detection); restored: seconds until one is answered
                  PrfaaS again (recovery); the longest request of each phase (one caught
                  on the cut waits out the router's call to the silent instance)
+    lease        (3-router bed, after the others; the slow loop on, its default) the
+                 replica holding the slow-loop lease (each replica's `/admin/state`) is
+                 SIGKILLed: seconds until another replica reports holding it, at a higher
+                 epoch (bounded by LEASE_BOUND_S); idle, no request in flight
 
-Lease hand-over: not measured here until router replicas share the slow loop's lease
-(branch `lease`); the JSON says so. Load averages are recorded before and after each bed:
-the development host is shared (2 cores), so the figures are a first take. About 3 min:
+Load averages are recorded before and after each bed: the development host is shared
+(2 cores), so the figures are a first take. About 3 min:
 
     .venv/bin/python benchmarks/testbed_bench.py --save out/testbed_bench.json
 """
@@ -43,19 +46,20 @@ import numpy as np
 
 from prfaas.deploy.bed_deployment import BedDeployment, deploy_on_bed
 from prfaas.deploy.testbed import WanSpec, open_testbed, unavailable_reason
+from prfaas.serve.config.deployment import ADMIN_TOKEN_ENV_VAR
 from provenance import REPO_ROOT, emit, git_sha, host
 
 TRACE = REPO_ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 WAN = WanSpec(rate_bits_per_s=1e9, one_way_delay_s=0.005)
 START_TIMEOUT_S = 180.0
 CUT_BOUND_S = 120.0
+LEASE_BOUND_S = 60.0
 PROBE_EVERY_S = 0.25
 DEPLOYMENT = """\
 model: prfaas-1t
 block_tokens: 16
 threshold_tokens: 2048
 link: {rate_gbps: 1.0}
-rebalance: {enabled: false}
 router: {port: 8000, poll_interval_s: 0.5}
 emulation: {time_factor: 0.002, byte_factor: 0.001}
 instances:
@@ -162,6 +166,42 @@ def _link_cut(deployed: BedDeployment, url: str) -> dict[str, Any]:
     return {"detection": detection, "recovery": recovery}
 
 
+def _lease_handover(deployed: BedDeployment) -> dict[str, Any]:
+    """SIGKILL the lease holder; until another replica reports holding the lease."""
+    [token] = {p.env[ADMIN_TOKEN_ENV_VAR] for p in deployed.pods if p.container == "router"}
+    headers = {"authorization": f"Bearer {token}"}
+
+    def lease(router: str) -> dict[str, Any] | None:
+        try:
+            url = deployed.router_url(router) + "/admin/state"
+            found: dict[str, Any] = httpx.get(url, headers=headers, timeout=2.0).json()["lease"]
+        except httpx.HTTPError:
+            return None
+        return found
+
+    client = deployed.hosts["client"]
+    with ThreadPoolExecutor(1, initializer=deployed.bed.enter, initargs=(client,)) as pool:
+
+        def holder(routers: list[str], above: int) -> tuple[str, int]:
+            deadline = time.monotonic() + LEASE_BOUND_S
+            while time.monotonic() < deadline:
+                leases = [(r, pool.submit(lease, r).result()) for r in routers]
+                held = [
+                    (r, x["epoch"]) for r, x in leases if x and x["held"] and x["epoch"] > above
+                ]
+                if held:
+                    return held[0]
+                time.sleep(0.05)
+            raise RuntimeError(f"no lease holder above epoch {above} within {LEASE_BOUND_S} s")
+
+        old, old_epoch = holder(deployed.routers, 0)
+        deployed.bed.kill(deployed.processes[old])
+        killed_s = time.monotonic()
+        new, new_epoch = holder([r for r in deployed.routers if r != old], old_epoch)
+        handover_s = time.monotonic() - killed_s
+    return {"handover_s": handover_s, "killed": old, "taker": new, "epochs": [old_epoch, new_epoch]}
+
+
 def _one_bed(args: argparse.Namespace, replicas: int, work: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
     with open_testbed(WAN, work) as bed:
@@ -185,6 +225,8 @@ def _one_bed(args: argparse.Namespace, replicas: int, work: Path) -> dict[str, A
         }
         if replicas == 1:
             result["link_cut"] = _link_cut(deployed, url)
+        else:
+            result["lease_handover"] = _lease_handover(deployed)
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     left = bed.leftovers()
     if left:
@@ -238,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
                     np.isclose(three["p90_ttft_s"], one["p90_ttft_s"], rtol=0.05)
                 ),
             },
-            "lease_handover_s": "not measured: router replicas share no lease on this branch",
+            "lease_handover_s": beds["3_router"]["lease_handover"]["handover_s"],
         },
         args.save,
     )
