@@ -22,8 +22,8 @@ from prfaas.engine.cache_layout import decoder_layers
 from prfaas.engine.disk_tier import FileTierStorage
 from prfaas.engine.layer_load import LayerLoader, LayerRange, layer_ranges
 from prfaas.engine.storage import TorchPageStorage
-from prfaas.kvcache import BlockHash, CacheMisuseError, PageId
-from prfaas.kvcache.tiers import Promoted, UnitKey
+from prfaas.kvcache import BlockHash, BlockRemoved, CacheMisuseError, PageId
+from prfaas.kvcache.tiers import Medium, Promoted, UnitKey
 
 #: A test's hook ahead of each reader step: (the step's ranges, its open files, layer index).
 BeforeRead = Callable[[Sequence[LayerRange], dict[UnitKey, int], int], None]
@@ -90,28 +90,65 @@ def test_layer_0_computes_before_the_reader_has_read_the_last_layer(
     assert list(again.token_ids) == list(first.token_ids)
 
 
-def test_a_unit_file_torn_mid_read_is_the_typed_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    directory = tmp_path / "disk"
-    engine, prompt, _ = prefix_on_disk(preset("tiny-llama"), directory)
-
-    disk = engine.paged.disk
-    assert disk is not None
+def tear_before_layer_1(monkeypatch: pytest.MonkeyPatch, disk: FileTierStorage) -> list[UnitKey]:
+    """Once the reader has read layer 0, cut every unit it is loading short; returns them."""
     loading: list[UnitKey] = []
 
     def tear(_: object, files: dict[UnitKey, int], index: int) -> None:
-        if index == 1:  # layer 0 is in; every unit being loaded is cut short before layer 1
+        if index == 1:
             loading.extend(files)
             for key in files:
                 path = disk.path_of(key)
                 path.write_bytes(path.read_bytes()[:16])
 
     record_reads(monkeypatch, tear)
+    return loading
+
+
+def test_a_unit_file_torn_mid_read_is_the_typed_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, prompt, _ = prefix_on_disk(preset("tiny-llama"), tmp_path / "disk")
+    disk = engine.paged.disk
+    assert disk is not None
+    loading = tear_before_layer_1(monkeypatch, disk)
     with pytest.raises(CacheMisuseError, match="torn"):
         engine.generate([prompt], GREEDY)
     assert loading
     assert not any(disk.path_of(key).exists() for key in loading)  # no longer on disk
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3-next"])
+def test_a_failed_load_frees_its_pages_and_uncaches_its_units(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, prompt, first = prefix_on_disk(preset(name), tmp_path / "disk")
+    assert engine.paged.disk is not None
+    cache = engine.paged.pool
+    pool_id = cache.instance_id
+    probe = engine.paged.request("probe", prompt, 0, imported=False)
+    dram_hit = cache.dram_match(probe).hit_blocks
+    cache.take_events()
+    loading = tear_before_layer_1(monkeypatch, engine.paged.disk)
+    with pytest.raises(CacheMisuseError, match="torn"):
+        engine.generate([prompt], GREEDY)
+    assert loading
+    # The failed request holds nothing: every live block is an unreferenced cached one.
+    stats, pool = cache.stats(), cache.pool
+    assert stats.num_requests == 0
+    assert all(info.ref_count == 0 and info.block_hash is not None for info in pool.blocks())
+    assert stats.num_free_pages + stats.num_evictable_pages == stats.num_pages
+    # Its units left the prefix cache as an eviction does, and went nowhere else.
+    assert not any(block_hash in pool.cached_blocks(g) for g, block_hash in loading)
+    assert not any(pool.lower_holds(g, block_hash) for g, block_hash in loading)
+    last = {(e.group_index, e.block_hash): e for e in cache.take_events()}
+    assert all(last[key] == BlockRemoved(pool_id, *key, Medium.DRAM) for key in loading)
+    assert cache.match(probe).hit_blocks == dram_hit  # the failed units are no hit
+    engine.cancel("gen-0")  # the refused request, as the instance drops it
+    monkeypatch.undo()
+    (again,) = engine.generate([prompt], GREEDY)
+    assert again.num_cached_tokens == dram_hit * SMALL.block_tokens
+    assert list(again.token_ids) == list(first.token_ids)
 
 
 _LAYOUT = Engine(preset("tiny-qwen3-next"), SMALL).paged.layout

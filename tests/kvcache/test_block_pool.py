@@ -114,6 +114,29 @@ def test_a_second_block_under_a_cached_hash_stays_private() -> None:
         pool.info(b)
 
 
+def test_uncache_drops_a_unit_as_eviction_does_and_frees_it_with_its_last_holder() -> None:
+    pool = BlockPool(num_pages=3, num_groups=1, instance_id=I0)
+    held, idle = one(pool), one(pool, pages=2)
+    pool.cache(held, BlockHash(1))
+    pool.cache(idle, BlockHash(2))
+    pool.release(idle)
+    pool.take_events()
+    epoch = pool.epoch
+    pool.uncache((0, BlockHash(2)))  # unreferenced: its pages are free at once
+    pool.uncache((0, BlockHash(1)))  # still held: private now, freed on its last release
+    assert pool.take_events() == [
+        BlockRemoved(I0, 0, BlockHash(2)),
+        BlockRemoved(I0, 0, BlockHash(1)),
+    ]
+    assert pool.epoch == epoch + 2
+    assert pool.cached_blocks(0) == {} and pool.eviction_order() == ()
+    assert pool.num_free_pages == 2 and pool.num_evictable_pages == 0
+    pool.release(held)
+    assert pool.num_free_pages == 3 and pool.num_live_blocks == 0
+    with pytest.raises(UnknownBlockError):
+        pool.uncache((0, BlockHash(1)))
+
+
 def test_misuse_raises() -> None:
     pool = BlockPool(num_pages=4, num_groups=1, instance_id=I0)
     block = one(pool)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -22,6 +23,7 @@ from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, TRIPLE
 from prfaas.kvcache import (
     Allocation,
     CacheConfig,
+    CacheMisuseError,
     CacheRequest,
     ClusterId,
     GlobalKVCacheIndex,
@@ -86,8 +88,8 @@ class TieredPoolMachine(RuleBasedStateMachine):
             lower_tier=TierSpec(Medium.DISK, disk_pages * 512, 1e9, 1e9),
         )
         self.disk = MemoryTierStorage()
-        storage = NumpyPageStorage(num_pages, config.layout.page_bytes)
-        self.cache = HybridPrefixCache(config, NAME, storage, self.disk)
+        self.storage = NumpyPageStorage(num_pages, config.layout.page_bytes)
+        self.cache = HybridPrefixCache(config, NAME, self.storage, self.disk)
         self.index = GlobalKVCacheIndex(config.identity)
         self.index.register_instance(NAME, ClusterId("prfaas"), config.identity)
         self.held: dict[RequestId, CacheRequest] = {}
@@ -145,6 +147,33 @@ class TieredPoolMachine(RuleBasedStateMachine):
         self.compute(request, allocation)
         self.held[request.request_id] = request
 
+    @rule(ids=BLOCK_IDS, extra=st.integers(-3, 6), deferred=st.booleans())
+    def failed_load(self, ids: list[int], extra: int, deferred: bool) -> None:
+        """A hit's load from disk fails, partway (deferred: the engine's reader wrote some
+        of the pages, then gave up) or in `allocate` (a unit torn on disk)."""
+        request = self.request(ids, extra, None)
+        match = self.cache.match(request)
+        keys = [(p.group_index, p.block_hash) for p in match.promotions]
+        if not keys or not self.cache.can_allocate(request, match):
+            return
+        if deferred:
+            allocation = self.cache.allocate(request, match, defer_promotions=True)
+            assert isinstance(allocation, Allocation)
+            for move in allocation.pending_loads:  # half a load: garbage, then the error
+                self.storage.write(move.pages, b"\xff" * 7)
+                self.disk.delete(move.key)  # the reader deletes what it was loading
+            self.cache.abandon(request.request_id, [m.key for m in allocation.pending_loads])
+        else:
+            self.disk.put(keys[-1], b"torn")
+            with pytest.raises(CacheMisuseError, match="torn"):
+                self.cache.allocate(request, match)
+        self.index.apply(self.cache.take_events())
+        pool = self.cache.pool
+        assert not any(block_hash in pool.cached_blocks(g) for g, block_hash in keys)
+        assert not any(pool.lower_holds(g, block_hash) for g, block_hash in keys)
+        assert self.cache.stats().num_requests == len(self.held)
+        assert self.cache.match(request).hit_blocks < match.hit_blocks
+
     @precondition(lambda self: self.held)
     @rule(data=st.data())
     def commit_and_release(self, data: st.DataObject) -> None:
@@ -181,6 +210,12 @@ class TieredPoolMachine(RuleBasedStateMachine):
             assert self.index.medium_of(NAME, *key) is Medium.DISK
             assert self.disk.get(key) == content(*key, group.unit_bytes)
         assert self.index.num_entries(NAME) == len(in_dram) + len(below)
+        pool = cache.pool
+        live = list(pool.blocks())
+        assert pool.num_free_pages + sum(len(b.pages) for b in live) == pool.num_pages
+        idle = [b for b in live if b.ref_count == 0]
+        assert all(b.block_hash is not None for b in idle)  # an idle private block is freed
+        assert sum(len(b.pages) for b in idle) == pool.num_evictable_pages
         counters = cache.tier_counters
         assert counters.demoted_bytes - counters.promoted_bytes >= lower.used_pages * 512
 

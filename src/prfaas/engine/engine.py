@@ -321,6 +321,23 @@ class Engine:
         allocation = self.paged.allocate(request)
         if isinstance(allocation, OutOfPages):
             return None
+        try:
+            return self._start(pending, allocation, on_layer, from_token)
+        except Exception:
+            # A failed prefill or import holds nothing: its pages go back, and the units it
+            # was loading from disk (maybe partly written) leave the prefix cache.
+            unloaded = [move.key for move in allocation.pending_loads]
+            self.paged.pool.abandon(allocation.request_id, unloaded)
+            raise
+
+    def _start(
+        self,
+        pending: _Pending,
+        allocation: Allocation,
+        on_layer: Callable[[KvSlice], None] | None,
+        from_token: int,
+    ) -> _Running:
+        """Prefill (or import) an admitted request into its allocation."""
         sampler = Sampler(pending.params)
         if pending.exported is not None:
             cache = import_export(self.paged, allocation, pending.exported)

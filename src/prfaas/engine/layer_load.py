@@ -19,7 +19,9 @@ A unit file gone or cut short is the whole-unit read's error (`CacheMisuseError`
 stops, every waiting hook wakes and raises it, and the prefill fails as a failed whole-unit
 load failed it before (the engine's step fails and the request is refused). The files of the
 loaded units are deleted once read (or once the load failed): the pool's bookkeeping already
-counts them in DRAM.
+counts them in DRAM. On a failure the engine then abandons the request
+(`HybridPrefixCache.abandon`): those units leave the prefix cache, their partly written pages
+are freed with the request's, and the next request computes them afresh.
 """
 
 from __future__ import annotations

@@ -10,8 +10,10 @@ moment, in exactly one place:
 A cached block whose last holder lets go stays live with ref_count 0 and joins the tail of the
 LRU; `acquire` takes free pages first and evicts from the LRU head only when they run short, so
 the cache keeps everything it can. Evicting is the only way a cached block dies, and it emits
-`BlockRemoved`. A private block (never cached, or a duplicate of a cached one) is freed as soon
-as its ref_count reaches 0.
+`BlockRemoved`; `uncache` takes a block out of the prefix cache the same way (same event, no
+demotion) when its bytes cannot be trusted, and it then dies as a private block. A private
+block (never cached, or a duplicate of a cached one) is freed as soon as its ref_count
+reaches 0.
 
 Fresh pages are handed out in id order before recycled ones, and freed pages join the back of
 the queue: the same order as one FIFO free queue (vLLM's), so block and page ids in tests are
@@ -226,6 +228,22 @@ class BlockPool:
         self._events.append(BlockStored(self._instance_id, block.group_index, block_hash))
         return True
 
+    def uncache(self, key: UnitKey) -> None:
+        """Take a cached unit out of the prefix cache without demoting it: a load into its
+        pages failed, so they may hold part of its bytes. The eviction's `BlockRemoved` is
+        emitted; the block becomes private, freed now if unreferenced, else on its last
+        release. A later request finds no such unit and computes it afresh."""
+        group_index, block_hash = key
+        block_id = self._cached[group_index].get(block_hash)
+        if block_id is None:
+            raise UnknownBlockError(f"unit {key} is not cached in DRAM")
+        block = self._blocks[block_id]
+        self._forget(block)
+        if block.ref_count == 0:
+            del self._lru[block_id]
+            self._num_evictable_pages -= len(block.pages)
+            self._free(block_id, block)
+
     def take_events(self) -> list[CacheEvent]:
         events, self._events = self._events, []
         return events
@@ -280,13 +298,19 @@ class BlockPool:
             deficit -= len(block.pages)
             self._num_evictable_pages -= len(block.pages)
             assert block.block_hash is not None  # only cached blocks enter the LRU
-            del self._cached[block.group_index][block.block_hash]
-            self._events.append(
-                BlockRemoved(self._instance_id, block.group_index, block.block_hash)
-            )
-            self._epoch += 1
-            self._demote((block.group_index, block.block_hash), block.pages)
+            self._demote(self._forget(block), block.pages)
             self._free(block_id, block)
+
+    def _forget(self, block: _Block) -> UnitKey:
+        """Drop a cached block's hash from its group's prefix cache (`BlockRemoved`, a new
+        epoch); returns the unit it held."""
+        assert block.block_hash is not None
+        key = (block.group_index, block.block_hash)
+        del self._cached[block.group_index][block.block_hash]
+        block.block_hash = None
+        self._events.append(BlockRemoved(self._instance_id, *key))
+        self._epoch += 1
+        return key
 
     def _demote(self, key: UnitKey, pages: tuple[PageId, ...]) -> None:
         """Move an evicted unit to the lower tier when it fits there (dropping its oldest)."""

@@ -19,6 +19,7 @@ either way (`TierCounters`), which is what the simulator charges load time for.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from prfaas.kvcache.block_pool import BlockPool
@@ -30,7 +31,15 @@ from prfaas.kvcache.ids import BlockId, InstanceId, PageId, RequestId, TransferI
 from prfaas.kvcache.layout import PageLayout
 from prfaas.kvcache.policy import SnapshotPolicy
 from prfaas.kvcache.storage import PageStorage
-from prfaas.kvcache.tiers import Demoted, LowerTier, Promoted, TierMove, TierSpec, TierStorage
+from prfaas.kvcache.tiers import (
+    Demoted,
+    LowerTier,
+    Promoted,
+    TierMove,
+    TierSpec,
+    TierStorage,
+    UnitKey,
+)
 from prfaas.kvcache.values import (
     Allocation,
     AllocationPlan,
@@ -183,10 +192,21 @@ class HybridPrefixCache:
         Units of the hit held in the lower tier are loaded back into their new pages, or, with
         `defer_promotions`, only reserved: the bookkeeping (pages, events, counters) is done
         and `Allocation.pending_loads` names what the caller must read into which pages before
-        it reads them (the engine loads them layer by layer while its prefill runs)."""
+        it reads them (the engine loads them layer by layer while its prefill runs).
+
+        A load that fails here (a unit missing or torn: `CacheMisuseError`, re-raised) leaves
+        nothing behind: the request is `abandon`ed and the tier's bytes of its units deleted."""
         allocation = self._coordinator.allocate(request, match)
         moves = self._pool.take_moves()
-        self._carry_out(moves, load_promotions=not defer_promotions)
+        try:
+            self._carry_out(moves, load_promotions=not defer_promotions)
+        except CacheMisuseError:  # a unit's bytes missing or torn: the request gets nothing
+            loads = [move.key for move in moves if isinstance(move, Promoted)]
+            assert self._tier_storage is not None  # only a load from it can fail
+            for key in loads:
+                self._tier_storage.delete(key)
+            self.abandon(request.request_id, loads)
+            raise
         if defer_promotions and isinstance(allocation, Allocation):
             pending = tuple(m for m in moves if isinstance(m, Promoted))
             allocation = dataclasses.replace(allocation, pending_loads=pending)
@@ -199,6 +219,15 @@ class HybridPrefixCache:
 
     def release(self, request_id: RequestId) -> None:
         self._coordinator.release(request_id)
+
+    def abandon(self, request_id: RequestId, unloaded: Sequence[UnitKey]) -> None:
+        """Release a request whose units promoted from the lower tier did not all arrive (a
+        failed load, or a prefill that failed while loading them): `unloaded` leave the
+        prefix cache first (`BlockPool.uncache`: `BlockRemoved`, nothing demoted), so their
+        partly written pages are freed with the request's and never reused."""
+        for key in unloaded:
+            self._pool.uncache(key)
+        self.release(request_id)
 
     def begin_transfer(self, request_id: RequestId, first_block: int = 0) -> TransferManifest:
         return self._coordinator.begin_transfer(request_id, first_block)
