@@ -7,12 +7,20 @@
     InstanceFull    the instance had no room for the request now: not held against it; 503
                     when no other instance can take the request
 
-`judge` tells the first two apart after a call got no answer.
+`judge` tells the first two apart after a call got no answer; `unless_down` ends a call to an
+instance that the registry marks down while the call waits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
 from prfaas.serve.router.registry import LiveInstance, Registry
+
+_Answer = TypeVar("_Answer")
 
 
 class AttemptFailed(Exception):
@@ -44,3 +52,23 @@ async def judge(registry: Registry, inst: LiveInstance, what: str, err: Exceptio
         return RequestFailed(message, inst.name)
     registry.mark_failed(inst.name)
     return InstanceDown(f"{what} instance {inst.name} is down: {err!r}", inst.name)
+
+
+async def unless_down(inst: LiveInstance, what: str, call: Coroutine[Any, Any, _Answer]) -> _Answer:
+    """`call`'s answer, or `InstanceDown` as soon as `inst` is marked down while it waits. An
+    instance gone silent (a cut WAN drops packets: no reset, no answer) fails only its
+    polls; without this a call to it would wait out `router.request_timeout_s` instead of
+    being placed again. The call is cancelled (its connection closed)."""
+    answer = asyncio.ensure_future(call)
+    down = asyncio.ensure_future(inst.went_down.wait())
+    try:
+        await asyncio.wait((answer, down), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        down.cancel()
+        if not answer.done():
+            answer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await answer
+    if answer.cancelled() and down.done() and not down.cancelled():
+        raise InstanceDown(f"{what} instance {inst.name} went silent (its polls fail)", inst.name)
+    return answer.result()

@@ -80,6 +80,7 @@ from prfaas.serve.router.attempts import (
     InstanceFull,
     RequestFailed,
     judge,
+    unless_down,
 )
 from prfaas.serve.router.instance_client import (
     CallBroke,
@@ -411,7 +412,8 @@ async def _prefill(
     )
     timeout_s = rt.deployment.router.request_timeout_s
     try:
-        return await rt.client.prefill(prefill.spec.url, body, timeout_s=timeout_s)
+        call = rt.client.prefill(prefill.spec.url, body, timeout_s=timeout_s)
+        return await unless_down(prefill, "prefill", call)
     except CallBroke as err:
         raise await judge(rt.registry, prefill, "prefill", err) from None
     except CallRefused as err:

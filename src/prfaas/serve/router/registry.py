@@ -100,6 +100,10 @@ class LiveInstance:
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
     is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
     is_reported_draining: bool = False  # drained for a flip by the lease holder (any replica)
+    # Set when it is marked down (`Registry.mark_failed`), fresh once it registers again: a
+    # call in flight to it waits on this too (`serve.router.flow`), so a call to an instance
+    # gone silent (a cut WAN: no reset, no answer) ends when its polls fail, not at the timeout.
+    went_down: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def name(self) -> str:
@@ -167,6 +171,8 @@ class Registry:
             inst.restarts += 1
             inst.breaker = FailureBreaker()  # a new process: its failures start again
         inst.info, inst.next_seq, inst.is_healthy = info, 0, True
+        if inst.went_down.is_set():
+            inst.went_down = asyncio.Event()
         inst.last_poll_s = None
         if epoch == inst.role_epoch:
             inst.role = InstanceRole(info.role)
@@ -257,6 +263,7 @@ class Registry:
         """Place nothing on it and forget its cache until it answers again."""
         inst = self.instances[name]
         inst.is_healthy = False
+        inst.went_down.set()
         if self.index is not None:
             with contextlib.suppress(Exception):
                 self.index.remove_instance(InstanceId(name))
