@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 
 from prfaas.kvcache import CacheIdentity, HashScheme, Medium
 from prfaas.kvcache.layout import GroupKind
+from prfaas.serve.errors import BadRequestError
 
 
 class _Body(BaseModel):
@@ -336,6 +337,21 @@ def transcript(messages: list[ChatTurn]) -> str:
     speakers = {"developer": "system"}
     lines = [f"{speakers.get(m.role, m.role)}: {m.text}" for m in messages]
     return "\n".join([*lines, "assistant:"])
+
+
+def plain_transcript(chat: ChatPrompt) -> str:
+    """A chat's prompt for a backend without a chat template: the plain transcript of its
+    messages, which has none of a template's switches to honour (asking one is a 400)."""
+    asked = chat.switches_asked
+    if asked:
+        err = BadRequestError(
+            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
+            "a plain transcript (docs/serving.md)",
+            param=asked[0],
+        )
+        err.code = "unsupported_parameter"
+        raise err
+    return transcript(chat.messages)
 
 
 BYTE_BOS_ID = 257  # the byte tokenizer's <bos> (`prfaas.engine.tokenizer`: bytes, pad, bos, eos)

@@ -34,7 +34,7 @@ from prfaas.kvcache import CacheIdentity, KvSlice
 from prfaas.serve import protocol as p
 from prfaas.serve.backends.event_log import SeqEvent
 from prfaas.serve.config.deployment import Backend, Deployment, InstanceSpec
-from prfaas.serve.errors import BadRequestError, UnsupportedVerbError
+from prfaas.serve.errors import UnsupportedVerbError
 from prfaas.serve.profile import PrefillTiming
 from prfaas.transfer import LinkSignals, PeerIdentity
 
@@ -248,17 +248,8 @@ def own_kv_links(backend: InstanceBackend) -> OwnKvLinks | None:
 
 def transcript_ids(backend: InstanceBackend, chat: p.ChatPrompt) -> list[int]:
     """A chat's ids for a backend without a chat template: the plain transcript of its
-    messages, which has none of the template's switches to honour (asking one is a 400)."""
-    asked = chat.switches_asked
-    if asked:
-        err = BadRequestError(
-            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
-            "a plain transcript (docs/serving.md)",
-            param=asked[0],
-        )
-        err.code = "unsupported_parameter"
-        raise err
-    return backend.encode(p.transcript(chat.messages))
+    messages (`protocol.plain_transcript`)."""
+    return backend.encode(p.plain_transcript(chat))
 
 
 def build_backend(deployment: Deployment, spec: InstanceSpec) -> InstanceBackend:

@@ -53,16 +53,7 @@ async def tokenize_chat(
         body = p.TokenizeRequest(chat=chat)
         result = await _ask_any(registry, "tokenize", lambda url: client.tokenize(url, body))
         return result.token_ids
-    asked = chat.switches_asked
-    if asked:
-        err = BadRequestError(
-            f"{asked[0]} needs a chat template; this deployment's backend renders chats as "
-            "a plain transcript (docs/serving.md)",
-            param=asked[0],
-        )
-        err.code = "unsupported_parameter"
-        raise err
-    return p.byte_prompt_ids(p.transcript(chat.messages))
+    return p.byte_prompt_ids(p.plain_transcript(chat))
 
 
 async def detokenize(client: InstanceClient, registry: Registry, token_ids: list[int]) -> str:
