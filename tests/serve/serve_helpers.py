@@ -22,6 +22,20 @@ from prfaas.serve.config.deployment import (
     InstanceSpec,
     RouterSpec,
 )
+from prfaas.serve.launch.launcher import Launcher
+
+
+@contextmanager
+def running(deployment: Deployment, timeout_s: float = 180) -> Iterator[Launcher]:
+    """A deployment up and healthy for a module's tests, then stopped with no child left.
+
+    The default bound is generous because a loaded 2-core host starts instances slowly; with
+    no secret in the file or environment the launcher makes one per run.
+    """
+    with Launcher(deployment) as launcher:
+        launcher.wait_healthy(timeout_s=timeout_s)
+        yield launcher
+    assert all(child.poll() is not None for child in launcher.children.values())
 
 
 def emulated_instance(name: str, role: InstanceRole, cluster: str, chip: str) -> InstanceSpec:

@@ -3,12 +3,11 @@ deployment, answers 429 with Retry-After and OpenAI's error JSON, and /metrics c
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_instance, running
 
 from prfaas.scheduler import admission_policy
 from prfaas.serve.config.admission_spec import AdmissionSpec
@@ -34,14 +33,10 @@ def _deployment(admission: AdmissionSpec) -> Deployment:
 @pytest.fixture(scope="module")
 def shedding() -> Iterator[Launcher]:
     """A TTFT objective no prefill can meet: every request is predicted late and refused."""
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    launcher = Launcher(_deployment(AdmissionSpec(mode="shed", ttft_slo_s=1e-9)))
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=60)
+    with running(
+        _deployment(AdmissionSpec(mode="shed", ttft_slo_s=1e-9)), timeout_s=60
+    ) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 @pytest.mark.e2e

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve import protocol as p
 from prfaas.serve.launch.launcher import Launcher
@@ -24,13 +24,8 @@ PROMPT = list(range(1, 200))
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    launcher = Launcher(emulated_deployment())
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
+    with running(emulated_deployment()) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def _call(launcher: Launcher, name: str, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +27,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve import protocol as p
 from prfaas.serve.launch.launcher import Launcher
@@ -39,9 +38,7 @@ MODEL = "prfaas-1t"
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    with Launcher(emulated_deployment(time_factor=1.0)) as launcher:
-        launcher.wait_healthy(timeout_s=60)
+    with running(emulated_deployment(time_factor=1.0), timeout_s=60) as launcher:
         yield launcher
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve.launch.launcher import Launcher
 
@@ -24,8 +24,7 @@ RECORDS: list[dict[str, Any]] = json.loads(FIXTURES.read_text())
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Launcher]:
-    with Launcher(emulated_deployment()) as launcher:
-        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
+    with running(emulated_deployment()) as launcher:
         yield launcher
 
 

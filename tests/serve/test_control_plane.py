@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlSigner, control_key, signed_headers
@@ -26,13 +26,8 @@ JSON = "application/json"
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    launcher = Launcher(emulated_deployment())
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
+    with running(emulated_deployment()) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def _error_type(response: httpx.Response) -> str:

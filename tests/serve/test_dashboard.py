@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve.launch.launcher import Launcher
 from prfaas.serve.router.dashboard import History
@@ -102,9 +102,7 @@ def figures(dom: str) -> _Figures:
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    with Launcher(emulated_deployment(time_factor=0.02, num_decode=2)) as live:
-        live.wait_healthy(timeout_s=240)  # generous: a loaded 2-core host
+    with running(emulated_deployment(time_factor=0.02, num_decode=2), timeout_s=240) as live:
         yield live
 
 

@@ -10,15 +10,14 @@ computed afresh, to the same text.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
+from serve_helpers import running
 
 from prfaas.serve.config.deployment import Deployment, DiskTierSpec, RouterSpec, default_deployment
-from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 
@@ -40,17 +39,11 @@ def deployment(directory: Path) -> Deployment:
 
 
 @contextlib.contextmanager
-def running(plan: Deployment) -> Iterator[openai.OpenAI]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    launcher = Launcher(plan)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=180)
+def served(plan: Deployment) -> Iterator[openai.OpenAI]:
+    with running(plan) as launcher:
         yield openai.OpenAI(
             base_url=launcher.url + "/v1", api_key="none", timeout=120, max_retries=0
         )
-    finally:
-        launcher.stop()
 
 
 def complete(client: openai.OpenAI, prompt: str) -> tuple[str, int, str]:
@@ -65,7 +58,7 @@ def test_a_prefix_evicted_from_dram_is_served_from_disk_and_a_cold_restart_clear
 ) -> None:
     directory = tmp_path / "disk"
     plan = deployment(directory)
-    with running(plan) as client:
+    with served(plan) as client:
         text, cached, path = complete(client, PROMPT)
         assert (cached, path) == (0, "pd-p")
         for other in OTHERS:  # push the prompt out of the 1 MiB of DRAM, onto disk
@@ -74,7 +67,7 @@ def test_a_prefix_evicted_from_dram_is_served_from_disk_and_a_cold_restart_clear
         again, cached, _ = complete(client, PROMPT)
         assert cached > 0 and again == text
         assert before - set(directory.glob("*.unit"))  # its units were promoted off the disk
-    with running(plan) as client:
+    with served(plan) as client:
         assert not any(directory.glob("*.unit"))
         cold, cached, _ = complete(client, PROMPT)
         assert (cold, cached) == (text, 0)

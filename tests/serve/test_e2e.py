@@ -9,7 +9,6 @@ default `auto`: as root with iproute2 every test runs over the kernel-shaped lin
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from serve_helpers import running
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import RouterSpec, default_deployment
@@ -36,16 +36,9 @@ LONG = "The quick brown fox jumps over the lazy dog. " * 6  # 270 tokens > t = 9
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     deployment = default_deployment().model_copy(update={"router": RouterSpec(port=0)})
-    launcher = Launcher(deployment)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)
+    with running(deployment, timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
-    assert all(child.poll() is not None for child in launcher.children.values())
     netns = launcher.deployment.link.netns
     if netns is not None:
         left = _netns_names()

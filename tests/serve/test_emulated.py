@@ -6,14 +6,13 @@ Time is scaled down (time_factor 0.01) so the test is quick; no assertion reads 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_instance, running
 
 from prfaas.serve.backends.emulated import layer_bytes, output_token
 from prfaas.serve.config.deployment import (
@@ -145,15 +144,8 @@ def test_every_instance_transfers_with_the_deployment_payload_check_setting(
 def launcher() -> Iterator[Launcher]:
     """The live deployment of this module runs with payload checks off (test_e2e's torch
     deployments run them on), so both settings cross real links end to end."""
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    launcher = Launcher(_deployment(payload_checks=False))
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=60)
+    with running(_deployment(payload_checks=False), timeout_s=60) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
-    assert all(child.poll() is not None for child in launcher.children.values())
 
 
 def _complete(launcher: Launcher, prompt: str, max_tokens: int = 6) -> dict[str, Any]:

@@ -8,11 +8,9 @@ recomputing the instance recomputes it (cached 0). No assertion reads a clock.
 
 from __future__ import annotations
 
-import os
-
 import openai
 import pytest
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_instance, running
 
 from prfaas.serve.config.deployment import (
     Deployment,
@@ -21,7 +19,6 @@ from prfaas.serve.config.deployment import (
     InstanceRole,
     RouterSpec,
 )
-from prfaas.serve.launch.launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 
@@ -49,10 +46,7 @@ def _deployment(read_mib_per_s: float) -> Deployment:
 
 def _cached_again(read_mib_per_s: float) -> int:
     """Prompt A's cached tokens after B pushed it onto disk."""
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    plan = _deployment(read_mib_per_s)
-    with Launcher(plan) as launcher:
-        launcher.wait_healthy(timeout_s=120)
+    with running(_deployment(read_mib_per_s), timeout_s=120) as launcher:
         client = openai.OpenAI(base_url=launcher.url + "/v1", api_key="none", max_retries=0)
         cached = []
         for prompt in (PROMPT_A, PROMPT_B, PROMPT_A):

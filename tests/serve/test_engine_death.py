@@ -12,13 +12,12 @@ and its failures in a row count against it (`serve.router.breaker`).
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve.backends.emulated import BOS_ID
 from prfaas.serve.config.deployment import EmulationSpec
@@ -30,10 +29,8 @@ LONG = "a much longer prompt " * 20  # 421 tokens > t = 128: PrfaaS
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     emulation = EmulationSpec(time_factor=0.01, byte_factor=1e-3, dead_engines=("prfaas-0",))
-    with Launcher(emulated_deployment(emulation=emulation)) as launcher:
-        launcher.wait_healthy(timeout_s=60)
+    with running(emulated_deployment(emulation=emulation), timeout_s=60) as launcher:
         yield launcher
 
 

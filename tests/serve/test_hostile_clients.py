@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import select
 import socket
 import time
@@ -23,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_instance, running
 
 from prfaas.serve.config.deployment import Deployment, EmulationSpec, InstanceRole, RouterSpec
 from prfaas.serve.launch.launcher import Launcher
@@ -57,14 +56,8 @@ def _deployment() -> Deployment:
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    launcher = Launcher(_deployment())
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)  # a loaded 2-core CI host
+    with running(_deployment(), timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ instance processes and the in-process `FakeInstanceClient` answer the same calls
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import Iterator
 
 import pytest
 from fake_instances import FakeInstanceClient, fake_deployment
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment
@@ -29,14 +28,8 @@ SAMPLING = p.Sampling(max_tokens=3, temperature=0, top_p=1, top_k=0, seed=0, ign
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    launcher = Launcher(emulated_deployment(time_factor=1e-6))
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)
+    with running(emulated_deployment(time_factor=1e-6), timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def _closed_url() -> str:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve.config.deployment import InstanceEdgeSpec, InstanceSpec
 from prfaas.serve.launch.launcher import Launcher
@@ -32,13 +32,8 @@ def launcher() -> Iterator[Launcher]:
     edge = InstanceEdgeSpec(
         max_body_bytes=MAX_BODY_BYTES, header_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S
     )
-    launcher = Launcher(emulated_deployment(instance_edge=edge))
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
+    with running(emulated_deployment(instance_edge=edge)) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def _instance(launcher: Launcher) -> InstanceSpec:

@@ -9,12 +9,11 @@ prompt ships ~151 MB, more than a decode instance's 128 MiB receive buffer, and 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment, emulated_instance
+from serve_helpers import emulated_deployment, emulated_instance, running
 
 from prfaas.serve.config.deployment import EmulationSpec, InstanceRole
 from prfaas.serve.launch.launcher import Launcher
@@ -24,7 +23,6 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     deployment = emulated_deployment(
         emulation=EmulationSpec(time_factor=0.001, byte_factor=0.6),
         instances=(
@@ -32,13 +30,8 @@ def launcher() -> Iterator[Launcher]:
             emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
         ),
     )
-    launcher = Launcher(deployment)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)
+    with running(deployment, timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def _complete(launcher: Launcher, prompt: str) -> httpx.Response:

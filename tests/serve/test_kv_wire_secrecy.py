@@ -6,10 +6,10 @@ test_vllm_kv_wire_secrecy.py."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
+from serve_helpers import running
 from wire_capture import check_the_transfer_port, tls_files
 
 from prfaas.serve.config.deployment import (
@@ -33,7 +33,6 @@ PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
 def launcher(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     tls = tls_files(tmp_path_factory.mktemp("tls")) if request.param else None
     deployment = Deployment(
         model=MODEL,
@@ -47,13 +46,8 @@ def launcher(
             InstanceSpec(name="pdd-0", role=InstanceRole.PD_DECODE, cluster="pd"),
         ),
     )
-    launcher = Launcher(deployment)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)
+    with running(deployment, timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def test_the_transfer_port_carries_plaintext_only_without_tls(launcher: Launcher) -> None:

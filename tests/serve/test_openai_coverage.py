@@ -16,7 +16,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve.launch.launcher import Launcher
 
@@ -29,8 +29,7 @@ FIXTURE_REUSED = HealthCheck.function_scoped_fixture  # the module's deployment,
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Launcher]:
-    with Launcher(emulated_deployment()) as launcher:
-        launcher.wait_healthy(timeout_s=180)  # a bound for a loaded host
+    with running(emulated_deployment()) as launcher:
         yield launcher
 
 

@@ -5,13 +5,12 @@ health judged by the instances' own failures, not by the router's slowness."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment, emulated_instance
+from serve_helpers import emulated_deployment, emulated_instance, running
 
 from prfaas.serve.config.deployment import InstanceRole, RouterSpec, default_deployment
 from prfaas.serve.errors import NoCapacityError
@@ -30,7 +29,6 @@ BURST = 60
 def limited() -> Iterator[Launcher]:
     """The issue's deployment (router, one PD-P, one PD-D, near-zero compute) with a small
     in-flight limit."""
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     deployment = emulated_deployment(
         time_factor=0.001,
         router=RouterSpec(port=0, max_inflight_requests=MAX_INFLIGHT),
@@ -39,13 +37,8 @@ def limited() -> Iterator[Launcher]:
             emulated_instance("pdd-0", InstanceRole.PD_DECODE, "pd", "h20"),
         ),
     )
-    launcher = Launcher(deployment)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)
+    with running(deployment, timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 async def _burst(url: str) -> list[httpx.Response]:

@@ -21,7 +21,6 @@ changing the path when nothing is cached.
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.planner.scenario import build_scenario, read_scenario_file
 from prfaas.scheduler import POLICIES, ClusterView, Decision, RouteDecision, RouteRequest
@@ -114,15 +113,13 @@ def simulated(policy: str, where: Path, monkeypatch: pytest.MonkeyPatch) -> list
 
 @pytest.fixture(params=sorted(POLICIES))
 def live(request: pytest.FixtureRequest) -> Iterator[tuple[str, Launcher]]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     deployment = emulated_deployment(
         time_factor=0.001,
         policy=request.param,
         threshold_tokens=THRESHOLD_TOKENS,
         link=LinkSpec(rate_gbps=LINK_GBPS, shaping=LinkShaping.TOKEN_BUCKET),
     )
-    with Launcher(deployment) as launcher:
-        launcher.wait_healthy(timeout_s=60)
+    with running(deployment, timeout_s=60) as launcher:
         yield request.param, launcher
 
 

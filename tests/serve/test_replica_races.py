@@ -11,13 +11,12 @@ held anywhere afterwards.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment, emulated_instance
+from serve_helpers import emulated_deployment, emulated_instance, running
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import EmulationSpec, InstanceRole
@@ -31,7 +30,6 @@ PROMPT = "a short prompt about the weather"
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     deployment = emulated_deployment(
         emulation=EmulationSpec(time_factor=0.001, byte_factor=0.6),
         instances=(
@@ -40,13 +38,8 @@ def launcher() -> Iterator[Launcher]:
             emulated_instance("pdd-1", InstanceRole.PD_DECODE, "pd", "h20"),
         ),
     )
-    launcher = Launcher(deployment)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=120)
+    with running(deployment, timeout_s=120) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
 
 
 def _instance_state(launcher: Launcher, client: httpx.Client, name: str) -> dict[str, Any]:

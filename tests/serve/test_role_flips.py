@@ -7,7 +7,6 @@ clock; every wait is a bounded poll of /admin/state.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serve_helpers import emulated_instance
+from serve_helpers import emulated_instance, running
 
 from prfaas.serve.config.deployment import (
     Deployment,
@@ -50,15 +49,8 @@ def _deployment(threshold_tokens: int, rebalance: RebalanceSpec) -> Deployment:
 
 
 def _launch(deployment: Deployment) -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
-    launcher = Launcher(deployment)
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=90)
+    with running(deployment, timeout_s=90) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
-    assert all(child.poll() is not None for child in launcher.children.values())
 
 
 def _state(launcher: Launcher) -> dict[str, Any]:

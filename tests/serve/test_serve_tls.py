@@ -4,7 +4,6 @@ loopback) whose PrfaaS-path request crosses the inter-cluster link in TLS."""
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import emulated_instance, make_certificate
+from serve_helpers import emulated_instance, make_certificate, running
 
 from prfaas.serve.config.deployment import (
     Deployment,
@@ -79,18 +78,11 @@ def test_tls_files_from_the_file_or_the_environment(
 @pytest.fixture(scope="module")
 def launcher(certs: tuple[Path, Path]) -> Iterator[Launcher]:
     cert, key = certs
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     tls = TlsSpec(
         cert_file=str(cert), key_file=str(key), ca_file=str(cert), server_hostname=HOSTNAME
     )
-    launcher = Launcher(_base(tls))
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=90)
+    with running(_base(tls), timeout_s=90) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
-    assert all(child.poll() is not None for child in launcher.children.values())
 
 
 @pytest.mark.e2e

@@ -12,13 +12,12 @@ streamed and not.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import emulated_deployment
+from serve_helpers import emulated_deployment, running
 
 from prfaas.serve.config.deployment import EmulationSpec
 from prfaas.serve.launch.launcher import Launcher
@@ -34,16 +33,9 @@ STOPS = ["m", "\u2028", "\xe9", "\u20acm", "k \xe9", "\x85i", "\n", "\r", "zz"]
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    os.environ.setdefault("PRFAAS_TRANSFER_SECRET", "e2e-test-secret-0123456789")
     emulation = EmulationSpec(time_factor=0.01, byte_factor=1e-3, output_text=SCRIPT)
-    launcher = Launcher(emulated_deployment(emulation=emulation))
-    launcher.start()
-    try:
-        launcher.wait_healthy(timeout_s=60)
+    with running(emulated_deployment(emulation=emulation), timeout_s=60) as launcher:
         yield launcher
-    finally:
-        launcher.stop()
-    assert all(child.poll() is not None for child in launcher.children.values())
 
 
 def _body(path: str, is_chat: bool, stop: str | None, stream: bool) -> dict[str, Any]:
