@@ -3,10 +3,23 @@ there with the tokens it gave when computed, and cleared by a cold restart (as d
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_helpers import GREEDY, SMALL, cached_pages, prefix_on_disk, preset, tiered_engine
+from engine_helpers import (
+    GREEDY,
+    SMALL,
+    SYSTEM,
+    cached_pages,
+    prefix_on_disk,
+    preset,
+    prompt_ids,
+    tiered_engine,
+)
 
 from prfaas.engine.disk_tier import FileTierStorage
 from prfaas.kvcache import BlockHash, CacheMisuseError
@@ -46,3 +59,34 @@ def test_the_disk_tier_clears_only_its_own_files_at_start(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     with pytest.raises(CacheMisuseError):
         first.get(key)
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 KiB tmpfs: a real file system whose writes fail with ENOSPC past its size."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    where = tmp_path / "full"
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_full_disk_loses_the_evicted_prefix_not_the_requests(full_disk: Path) -> None:
+    model = preset("tiny-qwen3-next")
+    prompt = prompt_ids(model, SYSTEM + "Keep this prefix on disk for me, please.")
+    engine = tiered_engine(model, 2 * cached_pages(model, prompt), full_disk)
+    (first,) = engine.generate([prompt], GREEDY)
+    for i in range(8):  # push the prompt out of DRAM; every demotion write fails
+        engine.generate([prompt_ids(model, f"Unrelated question {i}: what is {i} + {i}?")], GREEDY)
+    pool = engine.paged.pool
+    assert pool.tier_counters.failed_demotions > 0
+    # What the tier believes it holds is exactly what is on the disk; no partial file left.
+    assert pool.pool.lower is not None
+    assert pool.pool.lower.num_units == len(list(full_disk.glob("*.unit")))
+    assert not any(full_disk.glob("*.tmp"))
+    (again,) = engine.generate([prompt], GREEDY)  # computed afresh where its KV was lost
+    assert list(again.token_ids) == list(first.token_ids)

@@ -8,6 +8,7 @@ Every tiny model uses 4-token blocks and a 512-byte page:
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 from prfaas.kvcache import (
@@ -18,6 +19,7 @@ from prfaas.kvcache import (
     RequestId,
     SnapshotPolicy,
 )
+from prfaas.kvcache.tiers import MemoryTierStorage, UnitKey
 from prfaas.specs.model import (
     DenseMlp,
     GqaAttention,
@@ -82,3 +84,17 @@ def ext_request(
     scheme = cache.config.hash_scheme
     tokens = len(ids) * scheme.block_tokens if num_tokens is None else num_tokens
     return CacheRequest(RequestId(request_id), scheme.hash_external(ids), tokens, max_hit_blocks)
+
+
+class FillableDisk(MemoryTierStorage):
+    """A tier storage whose medium can fill up: while `full`, every write fails as a full
+    disk's does (`OSError` ENOSPC)."""
+
+    def __init__(self, full: bool = False) -> None:
+        super().__init__()
+        self.full = full
+
+    def put(self, key: UnitKey, data: bytes) -> None:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().put(key, data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, ext_request
+from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, FillableDisk, ext_request
 
 from prfaas.kvcache import (
     Allocation,
@@ -179,3 +179,28 @@ def test_tier_configuration_is_checked() -> None:
     config = tiered().config
     with pytest.raises(CacheConfigError):  # bytes on disk need bytes in DRAM to come from
         HybridPrefixCache(config, InstanceId("i0"), None, MemoryTierStorage())
+
+
+def test_a_unit_the_tier_cannot_store_is_forgotten_and_the_eviction_goes_on() -> None:
+    cache = HybridPrefixCache(
+        tiered().config, InstanceId("i0"), NumpyPageStorage(4, 512), FillableDisk(full=True)
+    )
+    index = GlobalKVCacheIndex(cache.config.identity)
+    index.register_instance(InstanceId("i0"), ClusterId("c"), cache.config.identity)
+    a = cache.config.hash_scheme.hash_external([1, 2, 3, 4])
+    serve(cache, "a", [1, 2, 3, 4])
+    serve(cache, "b", [9, 8])  # evicts a's deepest two blocks; the disk takes neither
+    events = cache.take_events()
+    assert [e for e in events if e.medium is DISK] == [
+        BlockStored(InstanceId("i0"), 0, a[3], DISK),
+        BlockStored(InstanceId("i0"), 0, a[2], DISK),
+        BlockRemoved(InstanceId("i0"), 0, a[3], DISK),
+        BlockRemoved(InstanceId("i0"), 0, a[2], DISK),
+    ]
+    index.apply(events)
+    assert index.match(list(a)).lower_blocks == {}
+    assert cache.pool.lower is not None and cache.pool.lower.num_units == 0
+    assert cache.tier_counters.failed_demotions == 2
+    match = cache.match(ext_request(cache, "q", [1, 2, 3, 4]))
+    assert (match.hit_blocks, match.promotions) == (2, ())
+    assert isinstance(cache.allocate(ext_request(cache, "c", [1, 2, 3, 4])), Allocation)

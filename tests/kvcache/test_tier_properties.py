@@ -18,7 +18,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, TRIPLE
+from kvcache_fixtures import BLOCK_TOKENS, DENSE, HYBRID, TRIPLE, FillableDisk
 
 from prfaas.kvcache import (
     Allocation,
@@ -35,7 +35,7 @@ from prfaas.kvcache import (
     SnapshotPolicy,
 )
 from prfaas.kvcache.ids import BlockHash
-from prfaas.kvcache.tiers import LowerTier, Medium, MemoryTierStorage, TierSpec
+from prfaas.kvcache.tiers import LowerTier, Medium, TierSpec
 
 NAME = InstanceId("p0")
 POLICIES = [SnapshotPolicy.every_block(), SnapshotPolicy.request_end(), SnapshotPolicy.junction()]
@@ -87,7 +87,7 @@ class TieredPoolMachine(RuleBasedStateMachine):
             snapshot_policy=policy,
             lower_tier=TierSpec(Medium.DISK, disk_pages * 512, 1e9, 1e9),
         )
-        self.disk = MemoryTierStorage()
+        self.disk = FillableDisk()
         self.storage = NumpyPageStorage(num_pages, config.layout.page_bytes)
         self.cache = HybridPrefixCache(config, NAME, self.storage, self.disk)
         self.index = GlobalKVCacheIndex(config.identity)
@@ -173,6 +173,12 @@ class TieredPoolMachine(RuleBasedStateMachine):
         assert not any(pool.lower_holds(g, block_hash) for g, block_hash in keys)
         assert self.cache.stats().num_requests == len(self.held)
         assert self.cache.match(request).hit_blocks < match.hit_blocks
+
+    @rule(full=st.booleans())
+    def disk_fills_or_frees(self, full: bool) -> None:
+        """While the disk is full every demotion's write fails: the unit is lost, never half
+        kept (the invariants compare the tier's bookkeeping, the disk and the index)."""
+        self.disk.full = full
 
     @precondition(lambda self: self.held)
     @rule(data=st.data())

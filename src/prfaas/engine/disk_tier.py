@@ -66,9 +66,13 @@ class FileTierStorage:
     def put(self, key: UnitKey, data: bytes) -> None:
         path = self.path_of(key)
         temporary = path.with_suffix(".tmp")
-        with temporary.open("wb") as handle:
-            handle.write(data)
-        os.replace(temporary, path)
+        try:
+            with temporary.open("wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except OSError:
+            temporary.unlink(missing_ok=True)  # a full disk keeps no partial file
+            raise
 
     def get(self, key: UnitKey) -> bytes:
         try:

@@ -244,6 +244,14 @@ class BlockPool:
             self._num_evictable_pages -= len(block.pages)
             self._free(block_id, block)
 
+    def unstore(self, key: UnitKey) -> None:
+        """Forget a unit the lower tier was to hold: writing its bytes there failed (a full or
+        failing disk). Its `BlockRemoved` for that medium is emitted, so every index drops
+        it; the unit is lost as an eviction without a tier would lose it. A unit a later
+        demotion already dropped is left as it is."""
+        if self._lower is not None and self._lower.holds(key):
+            self._take_lower(key)
+
     def take_events(self) -> list[CacheEvent]:
         events, self._events = self._events, []
         return events

@@ -113,10 +113,13 @@ class CacheConfig:
 @dataclass(slots=True)
 class TierCounters:
     """Bytes moved between DRAM and the lower tier so far (whole pages, as the pool moves
-    them): what a load from the tier costs is `promoted_bytes / read_bytes_per_s`."""
+    them): what a load from the tier costs is `promoted_bytes / read_bytes_per_s`.
+    `demoted_bytes` is what eviction sent down; `failed_demotions` counts the units of it the
+    tier could not store (lost, as without a tier)."""
 
     demoted_bytes: int = 0
     promoted_bytes: int = 0
+    failed_demotions: int = 0
 
 
 class HybridPrefixCache:
@@ -307,7 +310,7 @@ class HybridPrefixCache:
                 continue
             unit_bytes = self.layout.groups[move.key[0]].unit_bytes
             if isinstance(move, Demoted):
-                self._tier_storage.put(move.key, self._storage.read(move.pages, unit_bytes))
+                self._demote(move, self._storage.read(move.pages, unit_bytes))
             elif isinstance(move, Promoted):
                 if load_promotions:
                     data = self._tier_storage.get(move.key)
@@ -317,6 +320,18 @@ class HybridPrefixCache:
                     self._tier_storage.delete(move.key)
             else:
                 self._tier_storage.delete(move.key)
+
+    def _demote(self, move: Demoted, data: bytes) -> None:
+        """Write an evicted unit to the tier; when the tier cannot take it (a full or failing
+        disk), the unit is forgotten there (`BlockPool.unstore`) and counted, never raised:
+        losing a cached unit costs a recompute, failing the request that evicted it would
+        cost the request."""
+        assert self._tier_storage is not None
+        try:
+            self._tier_storage.put(move.key, data)
+        except OSError:
+            self._pool.unstore(move.key)
+            self.tier_counters.failed_demotions += 1
 
     def _require_storage(self) -> PageStorage:
         if self._storage is None:
