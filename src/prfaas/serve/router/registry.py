@@ -35,7 +35,9 @@ load on an instance, not only this router's. `inflight` stays this router's own 
 is what a flip's drain waits for on top of the instance's calls in progress (requests this
 router placed that have not yet called the instance).
 
-`view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
+`view(now_s)` builds the scheduler's read-only `ClusterView` (with `has_receive_room`: a
+decode instance whose KV receive buffer was full at its last poll is passed over while
+another has room); `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
 engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit), and weighs the
 part of it on an instance's disk by the time to read it back against recomputing it, with the
@@ -105,6 +107,7 @@ class LiveInstance:
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
     resyncs: int = 0  # times its cache entries were forgotten (`Registry.resync`)
     is_partial: bool = False  # the index missed some of its events since it registered
+    has_receive_room: bool = True  # its KV receive buffer had a free page at the last poll
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
     is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
     is_reported_draining: bool = False  # drained for a flip by the lease holder (any replica)
@@ -193,6 +196,8 @@ class Registry:
         inst.next_seq = state.next_seq
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
+        buffer = state.resources  # no receive buffer (receive_pages 0): nothing to be full
+        inst.has_receive_room = buffer.receive_pages == 0 or buffer.receive_pages_free > 0
         inst.is_link_up = state.link_up is not False
         inst.is_reported_draining = state.draining
         if state.role is not None and epoch == inst.role_epoch:
@@ -328,6 +333,7 @@ class Registry:
                 is_accepting=i.is_accepting and i.name not in excluded,
                 kv_capacity_bytes=float(i.info.kv_capacity_bytes if i.info else 0),
                 max_batch_size=i.spec.max_batch_size,
+                has_receive_room=i.has_receive_room,
             )
             for i in self.instances.values()
         )
