@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import traceback
 from collections.abc import Sequence
@@ -73,6 +74,7 @@ from prfaas.serve.router.instance_client import CallBroke, InstanceCallError, In
 from prfaas.serve.router.lease import replica_id
 from prfaas.serve.router.overload import LoopWatch
 
+log = logging.getLogger("prfaas.registry")
 POLL_TIMEOUT_S = 2.0
 PROBE_TRIES = 2
 PROBE_TIMEOUT_S = 2.0
@@ -250,7 +252,7 @@ class Registry:
         never a block claimed that the instance dropped); events about blocks it missed are
         then expected and skipped (`is_partial`), until the instance registers again."""
         assert self.index is not None and inst.info is not None
-        print(f"router: resync of {inst.name}'s cache entries: {why}", flush=True)
+        log.warning("resync of %s's cache entries: %s", inst.name, why)
         identity = inst.info.cache.identity()
         self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
         inst.is_partial = True
