@@ -3,16 +3,32 @@
 The emulated deployment of tests/deploy (prfaas-1t: one PrfaaS prefill instance in the
 PrfaaS datacenter, one PD prefill and one PD decode instance in the PD datacenter; link
 1 Gbit/s, 10 ms RTT, tbf and the user-space delay line as `deploy.testbed` builds them),
-rendered with `prfaas deploy render` and started pod by pod in network namespaces, once
-with 1 router and once with 3 router replicas, HAProxy in front either way. In each bed,
-from the client host, with `prfaas bench` (its own process):
+rendered with `prfaas deploy render` and started pod by pod in network namespaces, in
+three fresh beds, one after the other (in this order, or the reverse with --reverse: the
+shared host's load drifts during a run, and the later beds take what it drifts to),
+HAProxy in front each time:
+
+    1_router            1 router
+    3_router            3 router replicas, all behind HAProxy
+    3_router_1_behind   the control: 3 replicas running (each polls every instance and
+                        takes part in the lease), only the first behind HAProxy: the CPU
+                        load of 3 replicas, the routing of one
+
+In each bed, from the client host, with `prfaas bench` (its own process):
 
     trace        the first --num-requests lines of the Mooncake conversation trace
                  (../shared/traces; outputs capped at --max-output tokens, gaps x
                  --time-scale): prefix hit rate (cached / prompt tokens, as each answer
                  reports them) and P90 TTFT
+    offered      fixed 1,024-token prompts, 16 tokens out, Poisson arrivals at
+                 --offered-rate requests/s (open loop, below saturation; the same seed, so
+                 the same arrivals in every bed): median and P90 TTFT. Below saturation a
+                 request waits on little but its own work, so this compares routing, not
+                 who wins the CPU
     saturation   fixed 1,024-token prompts, 16 tokens out, --concurrency in flight (closed
-                 loop): requests per second; the highest load tried, not a proven ceiling
+                 loop): requests per second; the highest load tried, not a proven ceiling.
+                 On this 2-core host it measures mostly CPU contention (3 router
+                 processes, HAProxy, 3 instances and the client share 2 cores)
     link cut     (1-router bed) a unique long prompt every 0.25 s (open loop); the WAN
                  cut: seconds until one is answered PD-P because the PrfaaS instance is
                  out of routing (detection); restored: seconds until one is answered
@@ -23,8 +39,9 @@ from the client host, with `prfaas bench` (its own process):
                  SIGKILLed: seconds until another replica reports holding it, at a higher
                  epoch (bounded by LEASE_BOUND_S); idle, no request in flight
 
-Load averages are recorded before and after each bed: the development host is shared
-(2 cores), so the figures are a first take. About 3 min:
+Load averages are recorded (and printed) before and after each bed: the development host
+is shared (2 cores; other engineers' tests run meanwhile), so the figures are a first take.
+About 5 min:
 
     .venv/bin/python benchmarks/testbed_bench.py --save out/testbed_bench.json
 """
@@ -202,18 +219,40 @@ def _lease_handover(deployed: BedDeployment) -> dict[str, Any]:
     return {"handover_s": handover_s, "killed": old, "taker": new, "epochs": [old_epoch, new_epoch]}
 
 
-def _one_bed(args: argparse.Namespace, replicas: int, work: Path) -> dict[str, Any]:
+BEDS = {"1_router": (1, 1), "3_router": (3, 3), "3_router_1_behind": (3, 1)}  # (running, behind)
+
+
+def _offered(args: argparse.Namespace, deployed: BedDeployment, url: str, work: Path) -> Any:
+    """Open-loop Poisson arrivals at --offered-rate (seeded: the same in every bed)."""
+    summary, _ = _bench(deployed, url, work, "offered", "--workload", "fixed:in=1024,out=16",
+                        "--num-requests", str(args.offered_requests),
+                        "--rate", str(args.offered_rate), "--seed", "0")  # fmt: skip
+    return {
+        "offered_requests_per_s": args.offered_rate,
+        "num_completed": summary["num_completed"],
+        "num_failed": summary["num_failed"],
+        "median_ttft_s": summary["ttft_s"]["median"],
+        "p90_ttft_s": summary["ttft_s"]["p90"],
+        "paths": summary["paths"],
+    }
+
+
+def _one_bed(args: argparse.Namespace, name: str, work: Path) -> dict[str, Any]:
+    replicas, behind = BEDS[name]
     load_before = os.getloadavg()
+    print(f"{name}: load average before {load_before}", file=sys.stderr, flush=True)
     with open_testbed(WAN, work) as bed:
         deployed = deploy_on_bed(bed, DEPLOYMENT, work, router_replicas=replicas)
         deployed.start()
         deployed.wait_ready(START_TIMEOUT_S)
-        url = deployed.start_balancer(args.haproxy, work, START_TIMEOUT_S)
+        routers = deployed.routers[:behind]
+        url = deployed.start_balancer(args.haproxy, work, START_TIMEOUT_S, routers)
         trace = _slice(args, work)
-        result: dict[str, Any] = {}
+        result: dict[str, Any] = {"routers_running": replicas, "routers_behind_balancer": behind}
         summary, rows = _bench(deployed, url, work, "trace", "--trace", str(trace),
                                "--time-scale", str(args.time_scale))  # fmt: skip
         result["trace"] = _trace_figures(summary, rows)
+        result["offered"] = _offered(args, deployed, url, work)
         summary, _ = _bench(deployed, url, work, "saturation", "--workload",
                             "fixed:in=1024,out=16", "--num-requests", str(args.saturation_requests),
                             "--max-concurrency", str(args.concurrency))  # fmt: skip
@@ -223,11 +262,12 @@ def _one_bed(args: argparse.Namespace, replicas: int, work: Path) -> dict[str, A
             "failures": summary["failures"],
             "highest_load_tried": f"{args.concurrency} in flight",
         }
-        if replicas == 1:
+        if name == "1_router":
             result["link_cut"] = _link_cut(deployed, url)
-        else:
+        elif name == "3_router":
             result["lease_handover"] = _lease_handover(deployed)
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
+    print(f"{name}: load average after {result['load_average']['after']}", file=sys.stderr)
     left = bed.leftovers()
     if left:
         raise RuntimeError(f"the bed left {left}")
@@ -239,9 +279,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-requests", type=int, default=48)
     parser.add_argument("--max-output", type=int, default=16)
     parser.add_argument("--time-scale", type=float, default=0.5)
+    parser.add_argument("--offered-rate", type=float, default=8.0, help="requests/s, open loop")
+    parser.add_argument("--offered-requests", type=int, default=120)
     parser.add_argument("--saturation-requests", type=int, default=96)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--haproxy", default="/usr/sbin/haproxy")
+    parser.add_argument(
+        "--reverse", action="store_true", help="run the beds in reverse order (load drifts)"
+    )
     parser.add_argument("--keep", help="keep each bed's files (logs, records) under here")
     parser.add_argument("--save")
     return parser.parse_args(argv)
@@ -256,14 +301,14 @@ def main(argv: list[str] | None = None) -> None:
         emit({"benchmark": "testbed", "skipped": reason}, args.save)
         return
     beds = {}
-    for replicas in (1, 3):
+    for name in reversed(BEDS) if args.reverse else BEDS:
         if args.keep is not None:  # every pod's log, the bench records, the rendered files
-            work = Path(args.keep) / f"{replicas}_router"
+            work = Path(args.keep) / name
             work.mkdir(parents=True, exist_ok=True)
-            beds[f"{replicas}_router"] = _one_bed(args, replicas, work)
+            beds[name] = _one_bed(args, name, work)
             continue
         with tempfile.TemporaryDirectory() as temporary:
-            beds[f"{replicas}_router"] = _one_bed(args, replicas, Path(temporary))
+            beds[name] = _one_bed(args, name, Path(temporary))
     one, three = beds["1_router"]["trace"], beds["3_router"]["trace"]
     emit(
         {
@@ -279,6 +324,11 @@ def main(argv: list[str] | None = None) -> None:
                 "p90_ttft_within_5_percent": bool(
                     np.isclose(three["p90_ttft_s"], one["p90_ttft_s"], rtol=0.05)
                 ),
+            },
+            "offered_p90_ttft_ratio": {
+                name: beds[name]["offered"]["p90_ttft_s"]
+                / beds["1_router"]["offered"]["p90_ttft_s"]
+                for name in BEDS
             },
             "lease_handover_s": beds["3_router"]["lease_handover"]["handover_s"],
         },

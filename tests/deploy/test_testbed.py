@@ -76,6 +76,24 @@ def test_a_failing_body_leaves_nothing_behind(tmp_path: Path) -> None:
     assert kept.leftovers() == []
 
 
+def test_each_host_has_its_own_host_name(tmp_path: Path) -> None:
+    """As Kubernetes names each pod's host after the pod: a process in a host sees the
+    host's name (so a router replica's id starts with its pod's), and this machine's own
+    host name is untouched."""
+    if (reason := unavailable_reason(WAN)) is not None:
+        pytest.skip(reason)
+    ours = socket.gethostname()
+    with open_testbed(WAN, tmp_path) as bed:
+        hosts = [bed.add_host("prfaas-router-0", 1), bed.add_host("pdd-0", 1)]
+        env = {"PATH": os.environ["PATH"]}
+        for process in [bed.start(host, ["hostname"], env) for host in hosts]:
+            assert process.wait() == 0
+        named = {h.name: (tmp_path / f"{h.name}.log").read_text().strip() for h in hosts}
+    assert named == {"prfaas-router-0": "prfaas-router-0", "pdd-0": "pdd-0"}
+    assert socket.gethostname() == ours
+    assert bed.leftovers() == []
+
+
 CUT_BOUND_S = 90.0  # a liveness bound for each phase, not a speed assertion
 CAUGHT = 4  # long prompts sent the moment the WAN is cut
 

@@ -173,6 +173,7 @@ def test_killing_the_lease_holder_moves_the_lease_and_fences_its_flips(tmp_path:
     ):
         url = start_balancer(deployed, tmp_path)
         admin = BedAdmin(deployed, client)
+        replica_ids = {r: (admin.state(r) or {})["lease"]["replica"] for r in deployed.routers}
         holder, old_epoch = _holder(admin, set(deployed.routers))
         _flip(admin, holder, "pdd-1", "pd-prefill")
         outcomes: list[Outcome] = []
@@ -197,6 +198,7 @@ def test_killing_the_lease_holder_moves_the_lease_and_fences_its_flips(tmp_path:
         stale = admin.instance("pdd-1", "POST", "/role", {"role": "pd-decode", "epoch": old_epoch})
         _flip(admin, taker, "pdd-1", "pd-decode")
         epochs = _switch_epochs(admin)
+    assert all(i.startswith(f"{r}-") for r, i in replica_ids.items()), replica_ids  # own hosts
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_epoch"
     assert epochs["pdd-1"] == [old_epoch, new_epoch]
     assert all(e == sorted(e) for e in epochs.values()), epochs

@@ -5,8 +5,11 @@ the byte tokenizer's, a prefill answers at once with first token 0, a decode str
 `max_tokens` tokens of `b"a"` (ignoring EOS). It keeps `calls`, every call as
 (url, endpoint, started, ended) in a global order, so a test counts the calls made before a
 request's first token and which of them ran one after another. A URL in `down` gets no answer
-(`CallBroke`); a URL the deployment does not name is down too. `tests/serve/test_instance_client.py`
-holds it to the same contract as `HttpInstanceClient` over real instances.
+(`CallBroke`); a URL the deployment does not name is down too. An instance named in
+`receive_full` reports its KV receive buffer full in `/state`, and a prefill shipping to it
+is refused as a real instance refuses it (503 `kv_buffer_full`).
+`tests/serve/test_instance_client.py` holds it to the same contract as `HttpInstanceClient`
+over real instances.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from serve_helpers import emulated_deployment, fake_info
 
 from prfaas.serve import protocol as p
 from prfaas.serve.config.deployment import Deployment, InstanceSpec
-from prfaas.serve.errors import BadRequestError
+from prfaas.serve.errors import BadRequestError, KvBufferFullError
 from prfaas.serve.instance.lease import LeaseBook
 from prfaas.serve.json_lines import json_line
 from prfaas.serve.router.instance_client import CallBroke, CallRefused
 
 TOKEN_A = ord("a")
+RECEIVE_PAGES = 8
 
 
 def fake_deployment() -> Deployment:
@@ -52,6 +56,7 @@ class Call:
 class FakeInstanceClient:
     deployment: Deployment
     down: set[str] = field(default_factory=set)
+    receive_full: set[str] = field(default_factory=set)  # instance names
     calls: list[Call] = field(default_factory=list)
     books: dict[str, LeaseBook] = field(default_factory=dict)
     _clock: itertools.count[int] = field(default_factory=itertools.count)
@@ -70,7 +75,8 @@ class FakeInstanceClient:
     def _info(self, spec: InstanceSpec) -> p.InstanceInfo:
         info = fake_info(spec.name, spec.role.value, boot_id=f"boot-{spec.name}")
         capabilities = info.capabilities.model_copy(update={"byte_tokenizer": True})
-        return info.model_copy(update={"capabilities": capabilities, "vocab_size": 259})
+        update = {"capabilities": capabilities, "vocab_size": 259}
+        return info.model_copy(update={**update, "transfer_port": spec.transfer_port})
 
     async def info(self, url: str) -> p.InstanceInfo:
         spec, call = self._spec(url, "/info")
@@ -83,9 +89,12 @@ class FakeInstanceClient:
         spec, call = self._spec(url, "/state")
         self._ended(call)
         boot_id = f"boot-{spec.name}"
+        free = 0 if spec.name in self.receive_full else RECEIVE_PAGES
+        resources = p.ResourcesBody(receive_pages=RECEIVE_PAGES, receive_pages_free=free)
         return p.InstanceState(
-            boot_id=boot_id, num_waiting=0, num_running=0, free_pages=1, events=[], next_seq=0
-        )
+            boot_id=boot_id, num_waiting=0, num_running=0, free_pages=1, events=[], next_seq=0,
+            resources=resources,
+        )  # fmt: skip
 
     async def tokenize(self, url: str, body: p.TokenizeRequest) -> p.TokenizeResult:
         _, call = self._spec(url, "/tokenize")
@@ -106,6 +115,11 @@ class FakeInstanceClient:
         self._ended(call)
         if not spec.role.is_prefill:
             raise _refused(f"instance {spec.name} is not a prefill instance")
+        names = {s.transfer_port: s.name for s in self.deployment.instances}
+        target = names.get(body.decode_transfer_port)
+        if target in self.receive_full:
+            err = KvBufferFullError(f"{target}'s KV receive buffer is full")
+            raise CallRefused(err.status_code, json.dumps(err.body()).encode())
         return p.PrefillResult(
             request_id=body.request_id,
             first_token=TOKEN_A,

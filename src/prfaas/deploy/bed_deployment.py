@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,10 +108,14 @@ class BedDeployment:
         thread.join()
         return answer[0]
 
-    def start_balancer(self, haproxy: str, work: Path, timeout_s: float) -> str:
-        """HAProxy on the `lb` host in front of every router replica; its URL, once a round
-        of `/health` calls through it has reached every replica."""
-        routers = [(r, self.hosts[r].address, ROUTER_PORT) for r in self.routers]
+    def start_balancer(
+        self, haproxy: str, work: Path, timeout_s: float, behind: Sequence[str] | None = None
+    ) -> str:
+        """HAProxy on the `lb` host in front of the router replicas `behind` (default:
+        every one; fewer for a control run where the others run but take no request); its
+        URL, once a round of `/health` calls through it has reached each of them."""
+        behind = self.routers if behind is None else list(behind)
+        routers = [(r, self.hosts[r].address, ROUTER_PORT) for r in behind]
         config = work / "haproxy.cfg"
         config.write_text(haproxy_config(routers, port=BALANCER_PORT))
         lb = self.hosts["lb"]
@@ -119,7 +123,7 @@ class BedDeployment:
         url = f"http://{lb.address}:{BALANCER_PORT}"
         deadline = time.monotonic() + timeout_s
         seen: set[str] = set()
-        while seen != set(self.routers):
+        while seen != set(behind):
             if time.monotonic() > deadline or self.processes["lb"].poll() is not None:
                 raise LinkEmulationError(f"HAProxy reached only {sorted(seen)}")
             status, headers = self.get(url + "/health")

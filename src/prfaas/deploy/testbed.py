@@ -17,7 +17,10 @@ silent cut, nothing is refused) and `restore_wan` puts the routes back (and rest
 delay line if it was killed: without it the return path is gone, a cut too).
 
 Processes run in a host with `ip netns exec` (`start`), which also mounts the host's own
-/etc/hosts (written by `resolve`: the names the cluster DNS would answer). A thread of the
+/etc/hosts (written by `resolve`: the names the cluster DNS would answer), and in a UTS
+namespace of the host's own whose host name is the host's (`unshare --uts`), as Kubernetes
+gives each pod its pod name: a router replica's id (`serve.router.lease.replica_id`) starts
+with its pod's name, not with this machine's. A thread of the
 caller joins a host with `enter` (setns moves one thread only), so a test's HTTP client can
 sit in a host of its own. `close` (always run by `open_testbed`) kills every process in the
 bed's namespaces, stops the delay line, deletes the namespaces (their veths go with them)
@@ -25,8 +28,8 @@ and the hosts files; `leftovers` says what is still there (nothing, after `close
 
 Namespaces are named `pftb<6 hex>-<n>`, fresh per bed, so two beds (or a running `prfaas up`,
 whose namespaces are `pf<6 hex>s`/`r`) never share one; addresses live only inside the bed's
-own namespaces, so they collide with nothing outside it. Needs root, `ip` and `tc`
-(`unavailable_reason`).
+own namespaces, so they collide with nothing outside it. Needs root, `ip`, `tc` and
+`unshare` (`unavailable_reason`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from prfaas.transfer.linkemu import unavailable_reason as link_unavailable_reaso
 
 NETNS_ETC = Path("/etc/netns")
 PREFIX = "pftb"
+# A process's own UTS namespace named after its host: `sh -c SCRIPT <host name> argv...`
+OWN_HOST_NAME = ("unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"')
 STOP_TIMEOUT_S = 5.0
 # The gateway's sysctls: it forwards, and DC 0's takes the return path on the TUN although
 # its route to DC 1 is the veth (reverse-path filtering off).
@@ -80,6 +85,8 @@ class Host:
 def unavailable_reason(wan: WanSpec | None = None) -> str | None:
     """Why a test bed cannot be built here (root, iproute2, /dev/net/tun), or None."""
     delay_s = 0.0 if wan is None else wan.one_way_delay_s
+    if shutil.which("unshare") is None:
+        return "no `unshare` (util-linux): a host's processes get their own host name with it"
     return link_unavailable_reason(EmulatedLinkSpec(1e9, one_way_delay_s=delay_s))
 
 
@@ -208,11 +215,12 @@ class Testbed:
     def start(
         self, host: Host, argv: Sequence[str], env: Mapping[str, str]
     ) -> subprocess.Popen[bytes]:
-        """`argv` in `host` with exactly `env`; its output in `log_dir/<host>.log`."""
+        """`argv` in `host` with exactly `env`, its host name `host.name` (module
+        docstring); its output in `log_dir/<host>.log`."""
         log: IO[bytes] = (self.log_dir / f"{host.name}.log").open("ab")
         with log:
             process = subprocess.Popen(
-                ["ip", "netns", "exec", host.netns, *argv],
+                ["ip", "netns", "exec", host.netns, *OWN_HOST_NAME, host.name, *argv],
                 env=dict(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own group: `kill` reaches what it forked
             )  # fmt: skip

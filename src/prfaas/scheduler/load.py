@@ -16,9 +16,10 @@ its own dispatches. `set_foreign` adds what an instance reports of the other rou
 on it (prefill seconds queued, decodes running: `serve.router.registry`), so every replica
 weighs the whole load; a single router, and the simulator, never set it.
 
-Decode choice: the least loaded by dispatched requests
-over BS_max among those with enough free KV memory; if none has room, the one with most free
-memory (the request waits there).
+Decode choice: among the candidates whose KV receive buffer has room (`has_receive_room`,
+as they last reported it; all of them when none has), the least loaded by dispatched
+requests over BS_max among those with enough free KV memory; if none has room, the one with
+most free memory (the request waits there).
 """
 
 from __future__ import annotations
@@ -196,6 +197,7 @@ def choose_decode(
     """Least loaded decode instance with room for `kv_bytes`; see the module docstring."""
     if not candidates:
         return None
+    candidates = [c for c in candidates if c.has_receive_room] or candidates
     free = [(c.kv_capacity_bytes - ledger.decode_kv_bytes(c.instance_id), c) for c in candidates]
     roomy = [(f, c) for f, c in free if f >= kv_bytes]
     if not roomy:

@@ -39,7 +39,9 @@ class InstanceView:
     """One instance. `is_accepting` is False while it drains for a role flip.
 
     `kv_capacity_bytes` and `max_batch_size` matter for decode instances: the KV memory the
-    decode batch may hold and BS_max.
+    decode batch may hold and BS_max. `has_receive_room` is False when a decode instance
+    last reported its KV receive buffer full (a prefill shipping to it now would be
+    refused): the decode choice passes it over while another has room.
     """
 
     instance_id: InstanceId
@@ -48,6 +50,7 @@ class InstanceView:
     is_accepting: bool = True
     kv_capacity_bytes: float = 0.0
     max_batch_size: int = 0
+    has_receive_room: bool = True
 
 
 @dataclass(frozen=True, slots=True)

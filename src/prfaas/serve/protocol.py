@@ -169,12 +169,12 @@ class InstanceInfo(_Body):
     disk_read_bytes_per_s: float | None = Field(default=None, gt=0)
 
 
-class CacheEventBody(_Body):
-    seq: int
-    stored: bool
-    group: int
-    block_hash: int
-    medium: Medium = Medium.DRAM  # the tier the unit entered or left (docs/kvcache.md)
+CacheEventRow = tuple[int, bool, int, int, Medium]
+"""One cache event in `InstanceState.events`: (seq, stored, group, block_hash, medium), a
+row and not an object, so the events of a poll (hundreds a second under load, and every
+router replica pulls all of them) cost no key names to send or parse, and no model per event
+to build: `stored` False is a removal; `medium` the tier the unit entered or left
+(docs/kvcache.md)."""
 
 
 class LinkBody(_Body):
@@ -223,7 +223,7 @@ class InstanceState(_Body):
     num_waiting: int
     num_running: int
     free_pages: int
-    events: list[CacheEventBody]
+    events: list[CacheEventRow]
     next_seq: int
     prefill_busy_s: float = 0.0
     active_prefills: int = 0

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from prfaas.serve import protocol as p
@@ -46,7 +46,7 @@ from prfaas.serve.instance.runtime import (
     stream_decode,
     switch_role,
 )
-from prfaas.serve.instance.state import instance_state
+from prfaas.serve.instance.state import state_body
 from prfaas.transfer import TransferError
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
@@ -119,9 +119,10 @@ def _add_engine_routes(app: FastAPI, rt: InstanceRuntime) -> None:
     async def info() -> p.InstanceInfo:
         return rt.info
 
-    @app.get("/state")
-    async def state(since: int = 0) -> p.InstanceState:
-        return instance_state(rt, since)
+    @app.get("/state", response_class=Response)
+    async def state(since: int = 0) -> Response:
+        """`protocol.InstanceState`, serialized once (`state.state_body`)."""
+        return Response(state_body(rt, since), media_type="application/json")
 
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from prfaas.kvcache import BlockStored
 from prfaas.serve import protocol as p
 from prfaas.serve.backends.interface import own_kv_links
 from prfaas.transfer import LinkSignals
@@ -25,8 +26,15 @@ if TYPE_CHECKING:
     from prfaas.serve.instance.runtime import InstanceRuntime
 
 
+def state_body(rt: InstanceRuntime, since: int) -> bytes:
+    """`GET /state?since=N` as sent: serialized once here, not validated again on the way
+    out (the route returns these bytes: no second pydantic pass per poll)."""
+    return instance_state(rt, since).model_dump_json().encode()
+
+
 def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
-    """The body of `GET /state?since=N` (cache events from sequence number N on)."""
+    """The body of `GET /state?since=N` (cache events from sequence number N on, as rows:
+    `protocol.CacheEventRow`)."""
     events, next_seq = rt.backend.events_since(since)
     return p.InstanceState(
         boot_id=rt.info.boot_id,
@@ -38,12 +46,12 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
         num_running=rt.backend.num_running,
         free_pages=rt.backend.free_pages,
         events=[
-            p.CacheEventBody(
-                seq=e.seq,
-                stored=type(e.event).__name__ == "BlockStored",
-                group=e.event.group_index,
-                block_hash=e.event.block_hash,
-                medium=e.event.medium,
+            (
+                e.seq,
+                isinstance(e.event, BlockStored),
+                e.event.group_index,
+                e.event.block_hash,
+                e.event.medium,
             )
             for e in events
         ],

@@ -88,6 +88,7 @@ def _admin_state(rt: RouterRuntime) -> dict[str, Any]:
                 "waiting": i.num_waiting,
                 "free_pages": i.free_pages,
                 "cache_events_applied": i.next_seq,
+                "cache_resyncs": i.resyncs,  # its events were lost to this replica (registry)
                 "indexed_cache_blocks": rt.registry.indexed_blocks(i.name),
             }
             for i in rt.registry.instances.values()

@@ -35,7 +35,9 @@ load on an instance, not only this router's. `inflight` stays this router's own 
 is what a flip's drain waits for on top of the instance's calls in progress (requests this
 router placed that have not yet called the instance).
 
-`view(now_s)` builds the scheduler's read-only `ClusterView`; `hit_tokens` asks the global
+`view(now_s)` builds the scheduler's read-only `ClusterView` (with `has_receive_room`: a
+decode instance whose KV receive buffer was full at its last poll is passed over while
+another has room); `hit_tokens` asks the global
 KVCache index for every instance's restorable prefix of a prompt, hashed exactly as the
 engines hash it (`hash_tokens(prompt[:-1])`, the last token is never a hit), and weighs the
 part of it on an instance's disk by the time to read it back against recomputing it, with the
@@ -47,12 +49,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from prfaas.kvcache import BlockRemoved, BlockStored, CacheEvent, GlobalKVCacheIndex
+from prfaas.kvcache import (
+    BlockRemoved,
+    BlockStored,
+    CacheEvent,
+    EventStreamError,
+    GlobalKVCacheIndex,
+)
 from prfaas.kvcache.ids import BlockHash, ClusterId, InstanceId
 from prfaas.scheduler import ClusterView, DispatchLedger, InstanceView, LinkView, Role
 from prfaas.scheduler.tiers import HitPricing, weighed_hits
@@ -65,6 +74,7 @@ from prfaas.serve.router.instance_client import CallBroke, InstanceCallError, In
 from prfaas.serve.router.lease import replica_id
 from prfaas.serve.router.overload import LoopWatch
 
+log = logging.getLogger("prfaas.registry")
 POLL_TIMEOUT_S = 2.0
 PROBE_TRIES = 2
 PROBE_TIMEOUT_S = 2.0
@@ -97,6 +107,9 @@ class LiveInstance:
     last_poll_s: float | None = None
     role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
+    resyncs: int = 0  # times its cache entries were forgotten (`Registry.resync`)
+    is_partial: bool = False  # the index missed some of its events since it registered
+    has_receive_room: bool = True  # its KV receive buffer had a free page at the last poll
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
     is_link_up: bool = True  # a PrfaaS instance's kernel link, as it last reported it
     is_reported_draining: bool = False  # drained for a flip by the lease holder (any replica)
@@ -171,6 +184,7 @@ class Registry:
             inst.restarts += 1
             inst.breaker = FailureBreaker()  # a new process: its failures start again
         inst.info, inst.next_seq, inst.is_healthy = info, 0, True
+        inst.is_partial = False
         if inst.went_down.is_set():
             inst.went_down = asyncio.Event()
         inst.last_poll_s = None
@@ -179,19 +193,13 @@ class Registry:
         return await self._state(inst, 0)
 
     def _apply(self, inst: LiveInstance, state: p.InstanceState, epoch: int) -> None:
-        assert self.index is not None
         instance_id = InstanceId(inst.name)
-        events: list[CacheEvent] = [
-            (BlockStored if e.stored else BlockRemoved)(
-                instance_id, e.group, BlockHash(e.block_hash), e.medium
-            )
-            for e in state.events
-            if e.seq >= inst.next_seq
-        ]
-        self.index.apply(events)
+        self._fold_events(inst, state.events)
         inst.next_seq = state.next_seq
         inst.num_waiting, inst.num_running = state.num_waiting, state.num_running
         inst.free_pages, inst.links = state.free_pages, tuple(state.links)
+        buffer = state.resources  # no receive buffer (receive_pages 0): nothing to be full
+        inst.has_receive_room = buffer.receive_pages == 0 or buffer.receive_pages_free > 0
         inst.is_link_up = state.link_up is not False
         inst.is_reported_draining = state.draining
         if state.role is not None and epoch == inst.role_epoch:
@@ -210,6 +218,45 @@ class Registry:
                 sum(v.prefill_work_s for v in others),
                 sum(v.decodes for v in others),
             )
+
+    def _fold_events(self, inst: LiveInstance, rows: Sequence[p.CacheEventRow]) -> None:
+        """Fold the events of `inst` this replica has not seen into the index, in order.
+
+        A replica that missed events (the instance's log dropped them before this replica
+        asked: it joined late, or was away longer than the log holds) cannot know what they
+        stored or removed, so it resyncs: it forgets what it knew of `inst` (`resync`) and
+        learns again from the events it has. A stream the index cannot fold (a removal of a
+        block it does not hold) resyncs the same way, rather than failing every poll after."""
+        assert self.index is not None
+        new = [row for row in rows if row[0] >= inst.next_seq]
+        if new and new[0][0] > inst.next_seq:
+            self.resync(inst, f"events {inst.next_seq} to {new[0][0] - 1} were lost")
+        instance_id = InstanceId(inst.name)
+        events: list[CacheEvent] = [
+            (BlockStored if stored else BlockRemoved)(instance_id, group, BlockHash(h), medium)
+            for _, stored, group, h, medium in new
+        ]
+        if not inst.is_partial:
+            try:
+                self.index.apply(events)
+                return
+            except EventStreamError as err:
+                self.resync(inst, str(err))
+        for event in events:  # after a resync: what it missed cannot be folded, and is skipped
+            with contextlib.suppress(EventStreamError):
+                self.index.apply((event,))
+
+    def resync(self, inst: LiveInstance, why: str) -> None:
+        """Forget what the index holds for `inst`: from now on it knows only what later
+        events store (a block it missed is a hit not counted until it is stored again,
+        never a block claimed that the instance dropped); events about blocks it missed are
+        then expected and skipped (`is_partial`), until the instance registers again."""
+        assert self.index is not None and inst.info is not None
+        log.warning("resync of %s's cache entries: %s", inst.name, why)
+        identity = inst.info.cache.identity()
+        self.index.register_instance(InstanceId(inst.name), ClusterId(inst.spec.cluster), identity)
+        inst.is_partial = True
+        inst.resyncs += 1
 
     async def _state(self, inst: LiveInstance, since: int) -> p.InstanceState:
         return await self._client.state(inst.spec.url, since, timeout_s=POLL_TIMEOUT_S)
@@ -288,6 +335,7 @@ class Registry:
                 is_accepting=i.is_accepting and i.name not in excluded,
                 kv_capacity_bytes=float(i.info.kv_capacity_bytes if i.info else 0),
                 max_batch_size=i.spec.max_batch_size,
+                has_receive_room=i.has_receive_room,
             )
             for i in self.instances.values()
         )
