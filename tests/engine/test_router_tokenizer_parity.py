@@ -217,8 +217,18 @@ def _copy(name: str, out: Path) -> Path:
         (lambda d: _edit(d, unk_token="<unk-not-in-vocab>"), "'<unk-not-in-vocab>'"),
         (lambda d: _edit(d, chat_template="{% for %}"), "does not compile"),
         (lambda d: (d / "added_tokens.json").write_text("{}"), "added_tokens.json"),
+        (lambda d: (d / "tekken.json").write_text("{}"), "Mistral-format"),
     ],
-    ids=["no-json", "class", "no-class", "add-bos", "missing-special", "bad-template", "added"],
+    ids=[
+        "no-json",
+        "class",
+        "no-class",
+        "add-bos",
+        "missing-special",
+        "bad-template",
+        "added",
+        "mistral",
+    ],
 )
 def test_what_it_cannot_guarantee_it_refuses_with_the_reason(
     tmp_path: Path, change: Any, reason: str

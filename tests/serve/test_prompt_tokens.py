@@ -133,3 +133,19 @@ def test_an_empty_prompt_is_a_400_before_any_call(tmp_path: Path) -> None:
         asyncio.run(rt.prompts.encode(""))
     assert getattr(raised.value, "status_code", None) == 400
     assert fake.calls == []
+
+
+def test_with_no_instance_up_nothing_is_read_and_it_is_a_503(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before any instance has said how it encodes, the router neither guesses nor logs."""
+    rt, fake = _runtime(_checkpoint(tmp_path / "ckpt"))
+    for inst in rt.registry.instances.values():
+        inst.is_healthy = False
+    with (
+        caplog.at_level(logging.WARNING, logger="prfaas.tokenizer"),
+        pytest.raises(Exception, match="no instance is up") as raised,
+    ):
+        asyncio.run(rt.prompts.encode("x"))
+    assert getattr(raised.value, "status_code", None) == 503
+    assert caplog.records == [] and fake.calls == []

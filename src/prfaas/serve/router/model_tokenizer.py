@@ -18,6 +18,8 @@ only when transformers' `AutoTokenizer` would encode with exactly that file:
                             added tokens, no added_tokens.json: else transformers adds them,
                             changing the split
     split_special_tokens    honoured (`Tokenizer.encode_special_tokens`)
+    Mistral files           none (`tekken.json`, `tokenizer.model.v*`: vLLM then encodes
+                            with mistral_common)
     chat template           `chat_template.jinja`, else tokenizer_config.json's string or
                             its list's `default`; the additional_chat_templates folder is not
                             read (a directory that has one is refused)
@@ -97,6 +99,8 @@ def load_model_tokenizer(directory: Path) -> ModelTokenizer:
         raise TokenizerUnavailable(f"{path} is not readable here")
     if (directory / "added_tokens.json").exists():
         raise TokenizerUnavailable("added_tokens.json: transformers adds its tokens")
+    if [*directory.glob("tekken.json"), *directory.glob("tokenizer.model.v*")]:
+        raise TokenizerUnavailable("a Mistral-format tokenizer (vLLM loads mistral_common's)")
     config = _json(directory / "tokenizer_config.json")
     _check_class(config)
     try:

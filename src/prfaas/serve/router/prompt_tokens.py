@@ -76,6 +76,8 @@ class PromptTokenizer:
             raise BadRequestError("the prompt is empty")
         if self._registry.byte_tokenizer():
             return p.byte_prompt_ids(text, add_special_tokens=add_special_tokens)
+        if not self._registry.healthy():  # no instance has said how it encodes
+            raise NoCapacityError("no instance is up")
         as_turn = self._registry.agreed(lambda c: c.prompt_as_chat_turn)
         if as_turn is None:
             self._fall_back("rule", "the instances disagree on prompt_as_chat_turn")
