@@ -162,7 +162,8 @@ def test_the_torch_instance_declares_its_prompt_rule(
             return await client.info(d.instances[0].url)
 
     said = asyncio.run(ask()).capabilities
-    assert said.prompt_as_chat_turn and not said.byte_tokenizer and not said.renders_chat
+    assert said.prompt_as_chat_turn and said.tokenizer_from_model_dir
+    assert not said.byte_tokenizer and not said.renders_chat
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

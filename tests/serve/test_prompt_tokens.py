@@ -44,7 +44,9 @@ def _runtime(
     deployment = fake_deployment().model_copy(update={"model": str(model)})
     fake = FakeInstanceClient(deployment)
     registry = Registry(deployment, fake)
-    said = p.CapabilitiesBody(prompt_as_chat_turn=as_chat_turn, renders_chat=renders_chat)
+    said = p.CapabilitiesBody(
+        prompt_as_chat_turn=as_chat_turn, renders_chat=renders_chat, tokenizer_from_model_dir=True
+    )
     for inst in registry.instances.values():
         info = fake_info(inst.name, inst.role.value)
         inst.info, inst.is_healthy = info.model_copy(update={"capabilities": said}), True
@@ -149,3 +151,15 @@ def test_with_no_instance_up_nothing_is_read_and_it_is_a_503(
         asyncio.run(rt.prompts.encode("x"))
     assert getattr(raised.value, "status_code", None) == 503
     assert caplog.records == [] and fake.calls == []
+
+
+def test_instances_that_encode_otherwise_are_asked(tmp_path: Path) -> None:
+    """A readable directory is not enough: vLLM given a `--tokenizer` of its own (or a GGUF
+    on torch) says `tokenizer_from_model_dir: false`."""
+    rt, fake = _runtime(_checkpoint(tmp_path / "ckpt"))
+    info = rt.registry.instances["pdd-0"].info
+    assert info is not None
+    other = info.capabilities.model_copy(update={"tokenizer_from_model_dir": False})
+    rt.registry.instances["pdd-0"].info = info.model_copy(update={"capabilities": other})
+    asyncio.run(rt.prompts.encode("x"))
+    assert _asked(fake, rt) == ["pdp-0"]

@@ -147,6 +147,9 @@ class CapabilitiesBody(_Body):
     # A completion prompt is one user turn of the model's chat template (torch on a checkpoint
     # that has one); the router renders it so when it reads the model's tokenizer.
     prompt_as_chat_turn: bool = False
+    # It encodes with the model directory's tokenizer.json as transformers loads it (torch on
+    # a checkpoint directory; vLLM without a tokenizer flag of its own).
+    tokenizer_from_model_dir: bool = False
 
 
 class InstanceInfo(_Body):

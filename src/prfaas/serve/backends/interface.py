@@ -58,6 +58,9 @@ class Capabilities:
                            chats a transcript): the router encodes them, with no /tokenize
     prompt_as_chat_turn    a completion prompt is one user turn of the model's chat template
                            (with its generation prompt), encoded without special tokens
+    tokenizer_from_model_dir  it encodes with the model directory's tokenizer.json as
+                           transformers loads it: a router that reads the directory may encode
+                           its prompts itself (`serve.router.model_tokenizer`)
     """
 
     ships_own_kv: bool = False
@@ -69,6 +72,7 @@ class Capabilities:
     has_disk_tier: bool = False
     byte_tokenizer: bool = False
     prompt_as_chat_turn: bool = False
+    tokenizer_from_model_dir: bool = False
 
     def body(self) -> p.CapabilitiesBody:
         """As `/info` reports it."""

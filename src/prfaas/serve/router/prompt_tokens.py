@@ -6,15 +6,18 @@ no `/tokenize` call precedes a request (`PromptTokenizer`):
     byte tokenizer    the instances say so (`/info` capabilities `byte_tokenizer`: emulated,
                       torch's random presets): `protocol.byte_prompt_ids`, chats as a
                       `protocol.plain_transcript`
-    a checkpoint's    the model directory of the deployment file holds a tokenizer the router
-                      reads as transformers would (`serve.router.model_tokenizer`): the text
+    a checkpoint's    the instances encode with the model directory's tokenizer.json
+                      (`tokenizer_from_model_dir`), and the router reads that directory (the
+                      deployment file's `model`) as transformers would
+                      (`serve.router.model_tokenizer`): the text
                       encoded, or, where the instances say a prompt is one user turn of the
                       chat template (`prompt_as_chat_turn`: the torch backend on a checkpoint
                       with one), that turn rendered (`serve.router.chat_template`) and encoded
                       without special tokens; a chat is the plain transcript, so prompted
 
 Otherwise it asks an instance, off the request's critical path only where nothing else
-can: a directory not readable here (a router pod that does not mount the model), a
+can: instances that encode otherwise (a GGUF, vLLM given a `--tokenizer` of its own), a
+directory not readable here (a router pod that does not mount the model), a
 tokenizer transformers would build differently, a chat the instance's engine renders with
 its own conversation rules (`renders_chat`: vLLM's content formats, developer role, kwargs
 filter), instances that disagree, a template that fails to render. The reason is logged
@@ -79,7 +82,9 @@ class PromptTokenizer:
         if not self._registry.healthy():  # no instance has said how it encodes
             raise NoCapacityError("no instance is up")
         as_turn = self._registry.agreed(lambda c: c.prompt_as_chat_turn)
-        if as_turn is None:
+        if not self._registry.agreed(lambda c: c.tokenizer_from_model_dir):
+            self._fall_back("dir", "the instances do not all encode with the model's directory")
+        elif as_turn is None:
             self._fall_back("rule", "the instances disagree on prompt_as_chat_turn")
         else:
             ids = await self._local(
