@@ -7,21 +7,20 @@ no `/tokenize` call precedes a request (`PromptTokenizer`):
                       torch's random presets): `protocol.byte_prompt_ids`, chats as a
                       `protocol.plain_transcript`
     a checkpoint's    the instances encode with the model directory's tokenizer.json
-                      (`tokenizer_from_model_dir`), and the router reads that directory (the
+                      (`tokenizer_from_model_dir`) and the router reads that directory (the
                       deployment file's `model`) as transformers would
-                      (`serve.router.model_tokenizer`): the text
-                      encoded, or, where the instances say a prompt is one user turn of the
-                      chat template (`prompt_as_chat_turn`: the torch backend on a checkpoint
-                      with one), that turn rendered (`serve.router.chat_template`) and encoded
-                      without special tokens; a chat is the plain transcript, so prompted
+                      (`serve.router.model_tokenizer`): the text encoded, or, where the
+                      instances say a prompt is one user turn of the chat template
+                      (`prompt_as_chat_turn`: torch on a checkpoint with one), that turn
+                      rendered (`serve.router.chat_template`) and encoded without special
+                      tokens; a chat is its plain transcript, encoded as a prompt
 
-Otherwise it asks an instance, off the request's critical path only where nothing else
-can: instances that encode otherwise (a GGUF, vLLM given a `--tokenizer` of its own), a
-directory not readable here (a router pod that does not mount the model), a
-tokenizer transformers would build differently, a chat the instance's engine renders with
-its own conversation rules (`renders_chat`: vLLM's content formats, developer role, kwargs
-filter), instances that disagree, a template that fails to render. The reason is logged
-once per kind. The instance asked is a local one first (the PD cluster's, not a PrfaaS
+Otherwise it asks an instance: instances that encode otherwise (a GGUF, vLLM given a
+`--tokenizer` of its own), a directory not readable here (a router pod that does not mount
+the model), a tokenizer transformers would build differently, a chat the instance's engine
+renders with its own conversation rules (`renders_chat`: vLLM's content formats, developer
+role, kwargs filter), instances that disagree, a template that fails to render. The reason is
+logged once per kind. The instance asked is a local one first (the PD cluster's, not a PrfaaS
 instance across the WAN), accepting ones first; one that fails (5xx, no answer) is counted
 against (`serve.router.breaker`) and the next asked. Detokenizing always asks an instance
 (`/detokenize`: no request waits on it).
