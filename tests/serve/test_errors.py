@@ -24,7 +24,6 @@ from prfaas.serve.errors import (
 from prfaas.serve.router.flow import RouterRuntime
 from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
-from prfaas.serve.router.prompt_tokens import tokenize
 from prfaas.serve.router.registry import Registry
 
 
@@ -114,7 +113,7 @@ def test_the_router_passes_an_instance_error_on_unchanged() -> None:
 
     async def call() -> None:
         async with client:
-            await tokenize(rt.client, rt.registry, "hello")
+            await rt.prompts.encode("hello")
 
     with pytest.raises(ServeError) as caught:
         asyncio.run(call())

@@ -26,7 +26,6 @@ from prfaas.serve.router.attempts import InstanceDown, InstanceFull, RequestFail
 from prfaas.serve.router.flow import RouterRuntime, _prefill
 from prfaas.serve.router.instance_client import HttpInstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
-from prfaas.serve.router.prompt_tokens import tokenize
 from prfaas.serve.router.registry import Registry
 from prfaas.transfer.errors import AbortReason, TransferAbortedError
 
@@ -174,5 +173,5 @@ def test_tokenize_moves_on_without_marking_an_instance_that_is_up() -> None:
         return httpx.Response(200, json={"token_ids": p.pack_token_ids([7, 8])})
 
     rt = _runtime(handle)
-    assert asyncio.run(tokenize(rt.client, rt.registry, "hello")) == [7, 8]
+    assert asyncio.run(rt.prompts.encode("hello")) == [7, 8]
     assert all(_healthy(rt).values())

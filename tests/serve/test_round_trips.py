@@ -26,7 +26,6 @@ from prfaas.serve.json_lines import json_line
 from prfaas.serve.router.flow import RouterRuntime, generate
 from prfaas.serve.router.instance_client import HttpInstanceClient, InstanceClient
 from prfaas.serve.router.metrics import RouterMetrics
-from prfaas.serve.router.prompt_tokens import tokenize
 from prfaas.serve.router.registry import Registry
 
 PROMPT = "a prompt the PD-P path takes " * 2
@@ -49,7 +48,7 @@ def _runtime(
 
 async def _until_first_token(rt: RouterRuntime) -> str:
     """Run one request until its first token; the path it took."""
-    tokens = await tokenize(rt.client, rt.registry, PROMPT)
+    tokens = await rt.prompts.encode(PROMPT)
     path = ""
     items = generate(rt, tokens, SAMPLING)
     async for item in items:

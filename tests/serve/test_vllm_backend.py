@@ -195,6 +195,9 @@ def test_info_reports_the_vllm_backends_capabilities(stack: Stack) -> None:
             renders_chat=True,
             computes_logprobs=True,
             chat_runs_to_context=True,
+            tokenizer_from_model_dir=(
+                Path(stack.launcher.deployment.model) / "tokenizer.json"
+            ).is_file(),
         )
 
 

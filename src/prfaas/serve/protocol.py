@@ -144,6 +144,12 @@ class CapabilitiesBody(_Body):
     chat_runs_to_context: bool = False
     has_disk_tier: bool = False  # its pool demotes evicted blocks to disk
     byte_tokenizer: bool = False  # the router encodes its prompts itself (no /tokenize)
+    # A completion prompt is one user turn of the model's chat template (torch on a checkpoint
+    # that has one); the router renders it so when it reads the model's tokenizer.
+    prompt_as_chat_turn: bool = False
+    # It encodes with the model directory's tokenizer.json as transformers loads it (torch on
+    # a checkpoint directory; vLLM without a tokenizer flag of its own).
+    tokenizer_from_model_dir: bool = False
 
 
 class InstanceInfo(_Body):

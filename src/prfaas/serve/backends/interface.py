@@ -56,6 +56,11 @@ class Capabilities:
     has_disk_tier          its pool demotes evicted blocks to a disk tier (events say the medium)
     byte_tokenizer         its prompts are the byte tokenizer's (`protocol.byte_prompt_ids`;
                            chats a transcript): the router encodes them, with no /tokenize
+    prompt_as_chat_turn    a completion prompt is one user turn of the model's chat template
+                           (with its generation prompt), encoded without special tokens
+    tokenizer_from_model_dir  it encodes with the model directory's tokenizer.json as
+                           transformers loads it: a router that reads the directory may encode
+                           its prompts itself (`serve.router.model_tokenizer`)
     """
 
     ships_own_kv: bool = False
@@ -66,6 +71,8 @@ class Capabilities:
     chat_runs_to_context: bool = False
     has_disk_tier: bool = False
     byte_tokenizer: bool = False
+    prompt_as_chat_turn: bool = False
+    tokenizer_from_model_dir: bool = False
 
     def body(self) -> p.CapabilitiesBody:
         """As `/info` reports it."""
@@ -148,7 +155,9 @@ class InstanceBackend(Protocol):
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """The prompt's ids as the completions prefill them; without specials (and chat
-        template) when `add_special_tokens` is False (vLLM's `/tokenize` switch)."""
+        template) when `add_special_tokens` is False (vLLM's `/tokenize` switch). It may
+        block (vLLM's asks its child): the shell calls the tokenizer verbs in a worker
+        thread, never on its event loop."""
         ...
 
     def encode_chat(self, chat: p.ChatPrompt) -> list[int]:

@@ -388,6 +388,8 @@ class TorchBackend(EngineWorker):
                 computes_logprobs=True,
                 has_disk_tier=spec.disk_tier is not None,
                 byte_tokenizer=isinstance(model.tokenizer, ByteTokenizer) and not model.is_chat,
+                prompt_as_chat_turn=model.is_chat,  # `HfTokenizer.encode_prompt`
+                tokenizer_from_model_dir=(Path(deployment.model) / "tokenizer.json").is_file(),
             ),
             vocab_size=int(model.hf_config.vocab_size),
             # real bytes per wall second, as its linear timing counts them

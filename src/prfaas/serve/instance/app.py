@@ -15,6 +15,7 @@ and load balancers, which cannot sign. It says nothing else and reads no body.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -124,18 +125,25 @@ def _add_engine_routes(app: FastAPI, rt: InstanceRuntime) -> None:
         """`protocol.InstanceState`, serialized once (`state.state_body`)."""
         return Response(state_body(rt, since), media_type="application/json")
 
+    # The tokenizer verbs run in a worker thread: a backend's may block (vLLM's asks its
+    # child over HTTP; a long prompt takes a real tokenizer tens of milliseconds), and the
+    # event loop serves /state, prefills and decode streams meanwhile.
     @app.post("/tokenize")
     async def tokenize(body: p.TokenizeRequest) -> p.TokenizeResult:
         if body.chat is None:
-            ids = rt.backend.encode(body.text, add_special_tokens=body.add_special_tokens)
+            encode = functools.partial(
+                rt.backend.encode, body.text, add_special_tokens=body.add_special_tokens
+            )
+            ids = await asyncio.to_thread(encode)
         else:
-            ids = rt.backend.encode_chat(body.chat)
+            ids = await asyncio.to_thread(rt.backend.encode_chat, body.chat)
         return p.TokenizeResult(token_ids=ids)
 
     @app.post("/detokenize")
     async def detokenize(body: p.TokenizeResult) -> p.DetokenizeResult:
         check_vocabulary(rt, body.token_ids)
-        return p.DetokenizeResult(text=rt.backend.detokenize(body.token_ids))
+        text = await asyncio.to_thread(rt.backend.detokenize, body.token_ids)
+        return p.DetokenizeResult(text=text)
 
 
 def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:

@@ -60,7 +60,6 @@ from prfaas.serve.router.flow import (
     context_tokens,
     generate,
 )
-from prfaas.serve.router.prompt_tokens import tokenize, tokenize_chat
 
 DEFAULT_MAX_TOKENS = 16
 #: Sampling fields whose absence lets the engine choose (vLLM: the model's generation config).
@@ -137,7 +136,7 @@ def _sampling(req: AnyRequest, max_tokens: int, sample: int) -> p.Sampling:
 
 async def _prompt_tokens(rt: RouterRuntime, prompt: Prompt, index: int) -> list[int]:
     if isinstance(prompt, str):
-        return await tokenize(rt.client, rt.registry, prompt)
+        return await rt.prompts.encode(prompt)
     check_token_ids(rt, prompt, f"prompt {index}")
     return list(prompt)
 
@@ -159,7 +158,7 @@ async def _prepare(
         err.code = "unsupported_parameter"
         raise err
     if isinstance(req, ChatCompletionRequest):
-        tokens = [await tokenize_chat(rt.client, rt.registry, req.chat)]
+        tokens = [await rt.prompts.encode_chat(req.chat)]
     else:
         prompts = req.prompts
         tokens = await asyncio.gather(*(_prompt_tokens(rt, pr, i) for i, pr in enumerate(prompts)))

@@ -91,6 +91,7 @@ from prfaas.serve.router.instance_client import (
 from prfaas.serve.router.lease import LeaseKeeper
 from prfaas.serve.router.live_scheduler import build_scheduler
 from prfaas.serve.router.metrics import RouterMetrics
+from prfaas.serve.router.prompt_tokens import PromptTokenizer
 from prfaas.serve.router.rebalance import SlowLoop
 from prfaas.serve.router.registry import LiveInstance, Registry
 from prfaas.serve.router.release import cancel_on
@@ -115,6 +116,7 @@ class RouterRuntime:
         default_factory=lambda: deque(maxlen=MAX_RECENT_DECISIONS)
     )
     slow_loop: SlowLoop = field(init=False)
+    prompts: PromptTokenizer = field(init=False)  # prompt ids (serve.router.prompt_tokens)
     lease: LeaseKeeper = field(init=False)  # who runs the slow loop (serve.router.lease)
     moves: SingleFlight[MoveKey, dict[str, Any]] = field(default_factory=SingleFlight)
     background: set[asyncio.Task[None]] = field(default_factory=set)  # `/cancel` calls
@@ -122,6 +124,7 @@ class RouterRuntime:
 
     def __post_init__(self) -> None:
         self.slow_loop = SlowLoop(self.deployment.rebalance)
+        self.prompts = PromptTokenizer(self.deployment, self.client, self.registry)
         self.lease = LeaseKeeper(self.deployment, self.metrics.registry, self.registry.replica_id)
 
     def now_s(self) -> float:

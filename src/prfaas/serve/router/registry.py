@@ -52,7 +52,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from prfaas.kvcache import (
@@ -419,6 +419,12 @@ class Registry:
         (`capabilities.byte_tokenizer`): the router then encodes them itself."""
         infos = [i.info for i in self.healthy() if i.info is not None]
         return bool(infos) and all(info.capabilities.byte_tokenizer for info in infos)
+
+    def agreed(self, capability: Callable[[p.CapabilitiesBody], bool]) -> bool | None:
+        """What every healthy instance declares of `capability` (`/info` capabilities); None
+        when they differ, False while none has said."""
+        said = {capability(i.info.capabilities) for i in self.healthy() if i.info is not None}
+        return None if len(said) > 1 else said == {True}
 
     def max_context_tokens(self) -> int | None:
         """The served model's context, as every instance that registered reported it (it is

@@ -2,7 +2,7 @@
 `/v1/models`, `/version`.
 
 The router encodes prompts as the instances do (`serve.router.prompt_tokens`: itself for the
-byte tokenizer, else by asking an instance, whose tokenizer is the served model's), so the
+byte tokenizer and for a checkpoint whose tokenizer it reads, else by asking an instance), so the
 ids `/tokenize` returns are exactly the ones `/v1/completions` would prefill for that prompt
 (and, with `messages`, the ones `/v1/chat/completions` would). Shapes follow vLLM's server
 (`vllm/entrypoints/openai/protocol.py`, `serving_tokenization.py`, `serving_models.py`):
@@ -16,7 +16,7 @@ ids `/tokenize` returns are exactly the ones `/v1/completions` would prefill for
 
 `add_special_tokens: false` on a prompt gives the text's own ids (no `<bos>`, no chat
 template), as vLLM; `vllm bench serve` sends it to check its local tokenizer against the
-server's. A chat is rendered by an instance with the same switches as the chat endpoint's
+server's. A chat is encoded as the chat endpoint encodes it, with the same switches
 (`add_generation_prompt`, `continue_final_message`, `add_special_tokens`,
 `chat_template_kwargs`: `protocol.ChatPrompt`). `return_token_strs: true` is refused with a
 400 `unsupported_parameter`, never silently ignored.
@@ -37,7 +37,6 @@ from prfaas.serve.edge.jsonbody import load_json
 from prfaas.serve.edge.openai_api import MAX_TOKEN_ID, ChatFields, parse_body
 from prfaas.serve.errors import BadRequestError, ModelNotFoundError
 from prfaas.serve.router.flow import RouterRuntime, check_token_ids
-from prfaas.serve.router.prompt_tokens import detokenize, tokenize, tokenize_chat
 
 
 class _Body(BaseModel):
@@ -85,11 +84,9 @@ async def tokenize_body(rt: RouterRuntime, raw: bytes) -> dict[str, Any]:
         _refuse("return_token_strs", data["return_token_strs"])
     _checked_model(rt, body)
     if isinstance(body, TokenizeChat):
-        tokens = await tokenize_chat(rt.client, rt.registry, body.chat)
+        tokens = await rt.prompts.encode_chat(body.chat)
     else:
-        tokens = await tokenize(
-            rt.client, rt.registry, body.prompt, add_special_tokens=body.add_special_tokens
-        )
+        tokens = await rt.prompts.encode(body.prompt, add_special_tokens=body.add_special_tokens)
     return {
         "count": len(tokens),
         "max_model_len": rt.registry.max_context_tokens(),
@@ -103,7 +100,7 @@ async def detokenize_body(rt: RouterRuntime, raw: bytes) -> dict[str, Any]:
     body = parse_body(raw, Detokenize, rt.deployment.router.max_body_bytes)
     _checked_model(rt, body)
     check_token_ids(rt, body.tokens, "tokens")
-    text = await detokenize(rt.client, rt.registry, body.tokens) if body.tokens else ""
+    text = await rt.prompts.decode(body.tokens) if body.tokens else ""
     return {"prompt": text}
 
 

@@ -169,6 +169,7 @@ class VllmBackend:
                 renders_chat=True,  # the child's own chat template
                 computes_logprobs=True,  # vLLM's own (raw logits), the first from the prefill
                 chat_runs_to_context=True,  # as `vllm serve` alone defaults a chat's max_tokens
+                tokenizer_from_model_dir=self._encodes_with_model_dir(),
             ),
         )
         self.num_waiting = 0
@@ -188,6 +189,13 @@ class VllmBackend:
         self._prefills: dict[str, asyncio.Task[None]] = {}
         self._decodes: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _encodes_with_model_dir(self) -> bool:
+        """The child encodes with the directory's tokenizer.json: there is one (not only slow
+        files that transformers converts) and no flag of `extra_args` names another."""
+        flags = {arg.split("=", 1)[0].replace("_", "-") for arg in self._settings.extra_args}
+        has_json = (self.model_dir / "tokenizer.json").is_file()
+        return has_json and not flags & {"--tokenizer", "--tokenizer-mode", "--tokenizer-revision"}
 
     @property
     def _log(self) -> Path:
