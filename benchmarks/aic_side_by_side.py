@@ -9,10 +9,11 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    data for each engine, and the paper's Table 3 (T = S_kv / Phi_kv).
 2. `homogeneous_vs_disagg`: 3 models (dense, MoE, hybrid) x 2 chips x 2 SLO settings on 64
    GPUs, ISL 8000 / OSL 512: prfaas's homogeneous-PD plan with the parallelism search under
-   `--timing aic` against aiconfigurator's own disaggregated plan (`aiconfigurator.cli.api.
-   cli_default`, the upper `aiconfigurator` package, which must be importable: it is not part of
-   `prfaas[aic]`; `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable
-   wcwidth plotext` and put DIR on PYTHONPATH). Throughput per GPU side by side.
+   `--timing aic` and the TTFT objective (`planner.queueing`) against aiconfigurator's own
+   disaggregated plan (`aiconfigurator.cli.api.cli_default`, the upper `aiconfigurator`
+   package, which must be importable: it is not part of `prfaas[aic]`; `pip install --target
+   DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth plotext` and put DIR on
+   PYTHONPATH). Throughput per GPU side by side.
 3. `prfaas_across_clusters`: PrfaaS-PD with a B200 PrfaaS cluster and an H200 PD cluster over
    a 100 Gbps link (the case study's lengths, OSL 1024, 40 tokens/s), searched under aic,
    against aiconfigurator's best single-cluster plan (H200 or B200) at equal price, run at the
@@ -128,6 +129,7 @@ def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
                     pd=_cluster(model, chip, TOTAL_GPUS - 8, 8, choice),
                     link_gbps=100,
                     decode_slo_tokens_per_s=1e3 / slo["tpot_ms"],
+                    ttft_slo_s=slo["ttft_ms"] / 1e3,
                 )
                 found = search_parallelism(hardware, workload, 100, choice, "homogeneous_pd")
                 point = found.report.deployments["homogeneous_pd"]
@@ -142,6 +144,8 @@ def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
                         "req_per_s_per_gpu": point.lambda_max / point.num_gpus,
                         "n_p": point.n_p, "n_d": point.n_d, "bottleneck": str(point.bottleneck),
                         "ttft_mean_s": point.ttft_mean_s,
+                        "theta_pd_p": point.theta_pd_p,
+                        "theta_pd_d": point.theta_pd_d,
                         "decode_batch": found.report.decode.max_batch_size,
                         "decode_step_ms": found.report.decode.step_s * 1e3,
                         "timing": found.hardware.pd.profile.source,
