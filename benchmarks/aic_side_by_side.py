@@ -9,8 +9,9 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    data for each engine, and the paper's Table 3 (T = S_kv / Phi_kv).
 2. `homogeneous_vs_disagg`: 3 models (dense, MoE, hybrid) x 2 chips x 2 SLO settings on 64
    GPUs, ISL 8000 / OSL 512: prfaas's homogeneous-PD plan with the parallelism search under
-   `--timing aic` (a shape per PD role, and beside it one shared shape) against
-   aiconfigurator's own disaggregated plan (`aiconfigurator.cli.api.cli_default`, the upper
+   `--timing aic` and the TTFT objective (`planner.queueing`; a shape per PD role, and beside
+   it one shared shape) against aiconfigurator's own disaggregated plan
+   (`aiconfigurator.cli.api.cli_default`, the upper
    `aiconfigurator` package, which must be importable: it is not part of `prfaas[aic]`;
    `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth
    'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH; without it the row's
@@ -132,6 +133,7 @@ def _homogeneous(
         "req_per_s_per_gpu": point.lambda_max / TOTAL_GPUS,
         "n_p": point.n_p, "n_d": point.n_d, "num_gpus_used": point.num_gpus,
         "bottleneck": str(point.bottleneck), "ttft_mean_s": point.ttft_mean_s,
+        "theta_pd_p": point.theta_pd_p, "theta_pd_d": point.theta_pd_d,
         "decode_batch": found.report.decode.max_batch_size,
         "decode_step_ms": found.report.decode.step_s * 1e3,
         "pd_p_timing": found.hardware.pd.profile.source,
@@ -151,6 +153,7 @@ def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
                     pd=_cluster(model, chip, TOTAL_GPUS - 8, 8, choice),
                     link_gbps=100,
                     decode_slo_tokens_per_s=1e3 / slo["tpot_ms"],
+                    ttft_slo_s=slo["ttft_ms"] / 1e3,
                 )
                 ours = {
                     label: _homogeneous(hardware, workload, choice, per_role_pd=per)

@@ -56,7 +56,7 @@ class PlanReport:
             | {
                 "bottleneck": str(point.bottleneck),
                 "ratio_to_homogeneous": point.lambda_max / base,
-                "prfaas_pd_speedup": best / point.lambda_max,
+                "prfaas_pd_speedup": best / point.lambda_max if point.lambda_max > 0 else None,
             }
             for name, point in self.deployments.items()
         }
@@ -86,7 +86,20 @@ def _homogeneous(model: StageModel, num_gpus: int) -> OperatingPoint:
         raise InfeasiblePlanError("a homogeneous PD baseline needs at least 2 instances")
     top = model.num_thresholds - 1
     (n_p, n_d), _ = best_split(model, 0, splits, [top])
-    return operating_point(model, 0, n_p, n_d, top, has_threshold=False)
+    return _served(operating_point(model, 0, n_p, n_d, top, has_threshold=False), model)
+
+
+def _served(point: OperatingPoint, model: StageModel) -> OperatingPoint:
+    """The point, unless it serves nothing: only a TTFT objective that even an idle prefill
+    instance misses does that (`planner.queueing`), and the plan is then refused."""
+    if point.lambda_max > 0:
+        return point
+    bare_s = float(model.bin_pd_prefill_s @ model.histogram.mass)
+    raise InfeasiblePlanError(
+        f"prefill: no split meets the TTFT objective of {model.hardware.ttft_slo_s:g} s "
+        f"(a prompt's mean prefill alone takes {bare_s:.3g} s on "
+        f"{model.hardware.pd.profile.chip.name} x{model.hardware.pd.profile.gpus_per_instance})"
+    )
 
 
 def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport:
@@ -97,7 +110,7 @@ def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport
     model = StageModel.build(hardware, workload, step_tokens)
     n_prfaas = hardware.prfaas.num_instances
     (n_p, n_d), k = best_split(model, n_prfaas, splits)
-    prfaas_pd = operating_point(model, n_prfaas, n_p, n_d, k, has_threshold=True)
+    prfaas_pd = _served(operating_point(model, n_prfaas, n_p, n_d, k, has_threshold=True), model)
 
     same_gpus = hardware.prfaas.num_gpus + hardware.pd.num_gpus
     same_price_gpus = int(prfaas_pd.price // hardware.pd.profile.chip.relative_price)
