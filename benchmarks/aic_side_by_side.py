@@ -16,7 +16,7 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth
    'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH; without it the row's
    `aiconfigurator` is an error line and only prfaas's side runs). Throughput per GPU of the
-   64 side by side.
+   64 side by side, and the gap decomposed cell by cell (`aic_decompose`).
 3. `prfaas_across_clusters`: PrfaaS-PD with a B200 PrfaaS cluster and an H200 PD cluster over
    a 100 Gbps link (the case study's lengths, OSL 1024, 40 tokens/s), searched under aic,
    against aiconfigurator's best single-cluster plan (H200 or B200) at equal price, run at the
