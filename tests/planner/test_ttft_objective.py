@@ -52,9 +52,35 @@ def _hardware(fake_profile: FakeFactory, slo_s: float | None, num_pd: int = 8) -
 FIXED = Workload.synthetic(FixedLength(8000), FixedLength(200), "8K / 200")  # T_pd = 1.3 s
 
 
-def test_a_slo_below_the_bare_prefill_is_refused(fake_profile: FakeFactory) -> None:
-    with pytest.raises(InfeasiblePlanError, match="TTFT objective of 1 s"):
-        plan(_hardware(fake_profile, 1.0), FIXED, STEP)
+def test_a_slo_below_the_bare_prefill_of_both_paths_is_refused(fake_profile: FakeFactory) -> None:
+    # 8K tokens take 1.3 s on PD and 0.9 s on PrfaaS: an 0.8 s objective no path meets.
+    with pytest.raises(InfeasiblePlanError, match=r"TTFT objective of 0\.8 s"):
+        plan(_hardware(fake_profile, 0.8), FIXED, STEP)
+
+
+def test_a_baseline_that_misses_the_objective_serves_nothing_and_prfaas_pd_still_plans(
+    fake_profile: FakeFactory,
+) -> None:
+    """1 s: PD alone misses it (1.3 s), the PrfaaS path meets it (0.9 s), so PrfaaS-PD offloads
+    every request and the PD-only baselines serve nothing (their ratios None); the plan stands."""
+    report = plan(_hardware(fake_profile, 1.0), FIXED, STEP)
+    best = report.deployments["prfaas_pd"]
+    assert best.lambda_max > 0 and best.offload_fraction == 1.0
+    for name in ("homogeneous_pd", "equal_cost_homogeneous"):
+        assert report.deployments[name].lambda_max == 0.0
+        assert report.to_json()[name]["prfaas_pd_speedup"] is None
+    assert report.to_json()["prfaas_pd"]["ratio_to_homogeneous"] is None
+
+
+def test_the_case_study_offloads_its_way_under_an_objective_h20_alone_misses() -> None:
+    """The paper's hardware at a 3 s mean-TTFT objective: homogeneous H20 PD cannot meet it
+    (a mean prompt takes 4.45 s there), PrfaaS-PD can, by offloading the long prompts."""
+    scenario = load_scenario("paper-case-study")
+    hardware = replace(scenario.hardware, ttft_slo_s=3.0)
+    report = plan(hardware, scenario.workload, scenario.threshold_step_tokens)
+    assert report.deployments["homogeneous_pd"].lambda_max == 0.0
+    best = report.deployments["prfaas_pd"]
+    assert best.lambda_max > 0 and 0 < best.offload_fraction < 1
 
 
 def test_a_tight_slo_derates_the_prefill_stage_to_where_its_queue_meets_it(

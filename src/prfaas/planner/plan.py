@@ -55,7 +55,7 @@ class PlanReport:
             name: asdict(point)
             | {
                 "bottleneck": str(point.bottleneck),
-                "ratio_to_homogeneous": point.lambda_max / base,
+                "ratio_to_homogeneous": point.lambda_max / base if base > 0 else None,
                 "prfaas_pd_speedup": best / point.lambda_max if point.lambda_max > 0 else None,
             }
             for name, point in self.deployments.items()
@@ -86,19 +86,28 @@ def _homogeneous(model: StageModel, num_gpus: int) -> OperatingPoint:
         raise InfeasiblePlanError("a homogeneous PD baseline needs at least 2 instances")
     top = model.num_thresholds - 1
     (n_p, n_d), _ = best_split(model, 0, splits, [top])
-    return _served(operating_point(model, 0, n_p, n_d, top, has_threshold=False), model)
+    # Under a TTFT objective that PD-P misses even idle this baseline serves nothing (0 req/s,
+    # its ratios None): it is a baseline, and PrfaaS-PD may still meet the objective.
+    return operating_point(model, 0, n_p, n_d, top, has_threshold=False)
 
 
 def _served(point: OperatingPoint, model: StageModel) -> OperatingPoint:
-    """The point, unless it serves nothing: only a TTFT objective that even an idle prefill
-    instance misses does that (`planner.queueing`), and the plan is then refused."""
+    """The PrfaaS-PD point, unless it serves nothing: only a TTFT objective that no split and
+    threshold meets does that (`planner.queueing`), and the plan is then refused."""
     if point.lambda_max > 0:
         return point
-    bare_s = float(model.bin_pd_prefill_s @ model.histogram.mass)
+    mass, hw = model.histogram.mass, model.hardware
+    bare = {
+        "PD": (float(model.bin_pd_prefill_s @ mass), hw.pd.profile),
+        "PrfaaS": (float(model.bin_prfaas_prefill_s @ mass), hw.prfaas.profile),
+    }
+    alone = ", ".join(
+        f"{bare_s:.3g} s on {name} ({profile.chip.name} x{profile.gpus_per_instance})"
+        for name, (bare_s, profile) in bare.items()
+    )
     raise InfeasiblePlanError(
-        f"prefill: no split meets the TTFT objective of {model.hardware.ttft_slo_s:g} s "
-        f"(a prompt's mean prefill alone takes {bare_s:.3g} s on "
-        f"{model.hardware.pd.profile.chip.name} x{model.hardware.pd.profile.gpus_per_instance})"
+        f"prefill: no split and threshold meets the TTFT objective of {hw.ttft_slo_s:g} s "
+        f"(a prompt's mean prefill alone takes {alone})"
     )
 
 
