@@ -9,13 +9,14 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    data for each engine, and the paper's Table 3 (T = S_kv / Phi_kv).
 2. `homogeneous_vs_disagg`: 3 models (dense, MoE, hybrid) x 2 chips x 2 SLO settings on 64
    GPUs, ISL 8000 / OSL 512: prfaas's homogeneous-PD plan with the parallelism search under
-   `--timing aic` (a shape per PD role, and beside it one shared shape) against
-   aiconfigurator's own disaggregated plan (`aiconfigurator.cli.api.cli_default`, the upper
+   `--timing aic` and the TTFT objective (`planner.queueing`; a shape per PD role, and beside
+   it one shared shape) against aiconfigurator's own disaggregated plan
+   (`aiconfigurator.cli.api.cli_default`, the upper
    `aiconfigurator` package, which must be importable: it is not part of `prfaas[aic]`;
    `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth
    'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH; without it the row's
    `aiconfigurator` is an error line and only prfaas's side runs). Throughput per GPU of the
-   64 side by side.
+   64 side by side, and the gap decomposed cell by cell (`aic_decompose`).
 3. `prfaas_across_clusters`: PrfaaS-PD with a B200 PrfaaS cluster and an H200 PD cluster over
    a 100 Gbps link (the case study's lengths, OSL 1024, 40 tokens/s), searched under aic,
    against aiconfigurator's best single-cluster plan (H200 or B200) at equal price, run at the
@@ -27,12 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from typing import Any
 
+from aic_decompose import aic_constants, decompose, estimate_ours
 from prfaas.planner.model import Cluster, Hardware
-from prfaas.planner.parallel import search_parallelism
+from prfaas.planner.parallel import SearchedPlan, search_parallelism
 from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model, model_names, paper_phi_gbps
 from prfaas.specs.memory import instance_memory
@@ -106,6 +109,7 @@ def _aic_disagg(model: str, system: str, gpus: int, engine: str, *, slo: dict[st
         parallel = {k: str(best[k]) for k in keys if k in best}
         workers = {k: float(best[k]) for k in ("(p)workers", "(d)workers") if k in best}
         out[mode] = {
+            "row": {k: _plain(best[k]) for k in ROW_KEYS if k in best},
             "req_per_s_per_gpu": float(best["seq/s/gpu"]),
             "ttft_ms": float(best["ttft"]),
             "tpot_ms": float(best["tpot"]),
@@ -115,23 +119,33 @@ def _aic_disagg(model: str, system: str, gpus: int, engine: str, *, slo: dict[st
     return out
 
 
+#: What the decomposition (`aic_decompose`) reads from aiconfigurator's disaggregated row.
+ROW_KEYS = (
+    *(f"({role}){key}" for role in "pd" for key in ("tp", "pp", "dp", "moe_tp", "moe_ep", "cp",
+                                                    "bs", "workers", "seq/s/worker", "memory")),
+    "seq/s/gpu", "num_total_gpus", "ttft", "tpot",
+)  # fmt: skip
+
+
+def _plain(value: Any) -> Any:
+    """A pandas cell as a JSON value (numpy scalars to Python, NaN to None)."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def _progress(*what: object) -> None:
     print("done:", *what, file=sys.stderr, flush=True)
 
 
-def _homogeneous(
-    hardware: Hardware, workload: Workload, choice: TimingChoice, *, per_role_pd: bool
-) -> dict[str, Any]:
+def _summary(found: SearchedPlan) -> dict[str, Any]:
     """prfaas's searched homogeneous-PD plan on all TOTAL_GPUS (per GPU of the budget: with a
     shape per role, GPUs neither shape divides stay idle and still count)."""
-    found = search_parallelism(
-        hardware, workload, 100, choice, "homogeneous_pd", per_role_pd=per_role_pd
-    )
     point = found.report.deployments["homogeneous_pd"]
     return {
         "req_per_s_per_gpu": point.lambda_max / TOTAL_GPUS,
         "n_p": point.n_p, "n_d": point.n_d, "num_gpus_used": point.num_gpus,
         "bottleneck": str(point.bottleneck), "ttft_mean_s": point.ttft_mean_s,
+        "theta_pd_p": point.theta_pd_p, "theta_pd_d": point.theta_pd_d,
         "decode_batch": found.report.decode.max_batch_size,
         "decode_step_ms": found.report.decode.step_s * 1e3,
         "pd_p_timing": found.hardware.pd.profile.source,
@@ -139,11 +153,13 @@ def _homogeneous(
     }  # fmt: skip
 
 
-def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
+def homogeneous_rows(engine: AicEngine, models: set[str]) -> list[dict[str, Any]]:
     choice = TimingChoice(TimingSource.AIC, engine)
     workload = Workload.synthetic(FixedLength(ISL), FixedLength(OSL), f"ISL {ISL} / OSL {OSL}")
     rows = []
     for model, family in MODELS:
+        if model not in models:
+            continue
         for chip in CHIPS:
             for slo in SLOS:
                 hardware = Hardware(
@@ -151,19 +167,35 @@ def homogeneous_rows(engine: AicEngine) -> list[dict[str, Any]]:
                     pd=_cluster(model, chip, TOTAL_GPUS - 8, 8, choice),
                     link_gbps=100,
                     decode_slo_tokens_per_s=1e3 / slo["tpot_ms"],
+                    ttft_slo_s=slo["ttft_ms"] / 1e3,
                 )
-                ours = {
-                    label: _homogeneous(hardware, workload, choice, per_role_pd=per)
+                found = {
+                    label: search_parallelism(
+                        hardware, workload, 100, choice, "homogeneous_pd", per_role_pd=per
+                    )
                     for label, per in (("prfaas_homogeneous", True), ("prfaas_one_pd_shape", False))
                 }
                 system = aic.aic_system(get_chip(chip)) or chip
                 theirs = _aic_disagg(
                     model, system, TOTAL_GPUS, str(engine), slo=slo, isl=ISL, osl=OSL
                 )
-                _progress(model, chip, slo)
+                ours = found["prfaas_homogeneous"]
+                gap = (
+                    {"error": "no aiconfigurator disaggregated plan"}
+                    if not theirs.get("disagg")
+                    else decompose(
+                        hardware, workload, choice, ours=ours, theirs=theirs["disagg"],
+                        tpot_s=slo["tpot_ms"] / 1e3, num_gpus=TOTAL_GPUS,
+                    )
+                )  # fmt: skip
+                as_aic = estimate_ours(
+                    ours, workload, system=system, engine=str(engine), slo=slo, num_gpus=TOTAL_GPUS
+                )
+                _progress(model, chip, slo, json.dumps({"decomposition": gap, "as_aic": as_aic}))
                 rows.append({
-                    "model": model, "family": family, "chip": chip, "slo": slo, **ours,
-                    "aiconfigurator": theirs,
+                    "model": model, "family": family, "chip": chip, "slo": slo,
+                    **{label: _summary(plan) for label, plan in found.items()},
+                    "aiconfigurator": theirs, "decomposition": gap, "ours_as_aic_evaluates": as_aic,
                 })  # fmt: skip
     return rows
 
@@ -214,6 +246,7 @@ def main() -> None:
     parser.add_argument("--engine", type=AicEngine, default=AicEngine.SGLANG)
     parser.add_argument("--parts", default="prefill,homogeneous,across")
     parser.add_argument("--save", default=None)
+    parser.add_argument("--models", default=",".join(m for m, _ in MODELS), help="homogeneous part")
     args = parser.parse_args()
     if aic.aic_version() is None:
         raise SystemExit("aiconfigurator-core is not installed: make aic")
@@ -229,7 +262,8 @@ def main() -> None:
     if "prefill" in parts:
         result["prefill"] = prefill_rows(list(AicEngine))
     if "homogeneous" in parts:
-        result["homogeneous_vs_disagg"] = homogeneous_rows(args.engine)
+        result["aic_fixed_factors"] = aic_constants()
+        result["homogeneous_vs_disagg"] = homogeneous_rows(args.engine, set(args.models.split(",")))
     if "across" in parts:
         result["prfaas_across_clusters"] = across_clusters_rows(args.engine)
     result |= {"wall_s": time.perf_counter() - started, "git_sha": git_sha(), "host": host()}

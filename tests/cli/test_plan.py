@@ -46,6 +46,20 @@ def test_table_and_plots(tmp_path: Path) -> None:
         assert png.startswith(b"\x89PNG") and len(png) > 10_000
 
 
+def test_a_ttft_objective_only_prfaas_pd_meets_plans_with_the_baselines_at_zero(
+    tmp_path: Path,
+) -> None:
+    """The case study with `prefill: {ttft_slo_s: 3}`: H20 alone cannot meet it, PrfaaS-PD can;
+    the table shows the baselines at 0 and `-` for the ratios instead of refusing the plan."""
+    scenario = tmp_path / "slo.yaml"
+    bundled = Path(__file__).parents[2] / "src/prfaas/planner/data/scenarios/paper-case-study.yaml"
+    scenario.write_text(bundled.read_text() + "prefill: {ttft_slo_s: 3}\n")
+    result = prfaas("plan", "--scenario", str(scenario))
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if "vs homogeneous" in line)
+    assert [cell.strip() for cell in row.split("│")[2:6]] == ["-"] * 4
+
+
 def test_a_trace_with_a_prefix_cache_lowers_the_threshold(tmp_path: Path) -> None:
     # Each conversation re-sends its history: with a cache only the new turn is uncached.
     rows = []

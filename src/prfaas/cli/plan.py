@@ -76,6 +76,12 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _ratio(top: float, bottom: float) -> str:
+    """top / bottom as `1.52x`; `-` where the bottom deployment serves nothing (a baseline
+    that misses the TTFT objective)."""
+    return "-" if bottom <= 0 else f"{top / bottom:.2f}x"
+
+
 def _rows(point: OperatingPoint, report: PlanReport) -> list[str]:
     base = report.deployments["homogeneous_pd"].lambda_max
     best = report.deployments["prfaas_pd"].lambda_max
@@ -88,8 +94,8 @@ def _rows(point: OperatingPoint, report: PlanReport) -> list[str]:
             _fmt(v, ".2f") for v in (point.theta_prfaas, point.theta_pd_p, point.theta_pd_d)
         ),
         f"{point.lambda_max:.2f} ({point.bottleneck})",
-        f"{point.lambda_max / base:.2f}x",
-        f"{best / point.lambda_max:.2f}x",
+        _ratio(point.lambda_max, base),
+        _ratio(best, point.lambda_max),
         f"{point.offload_fraction:.1%}",
         f"{point.egress_gbps:.1f}",
         f"{point.num_gpus} / {point.price:g}",

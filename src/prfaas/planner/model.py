@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prfaas.planner.errors import InfeasiblePlanError
+from prfaas.planner.queueing import StageServiceMoments, usable_utilisation
 from prfaas.specs.memory import InstanceMemory
 from prfaas.specs.perf import PerfProfile
 from prfaas.workload.lengths import FloatArray, LengthHistogram, ThresholdSplit
@@ -65,7 +66,10 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
-    """A PrfaaS cluster linked to a local PD cluster, and the decode SLO they serve under.
+    """A PrfaaS cluster linked to a local PD cluster, and the SLOs they serve under: the decode
+    rate, and optionally a TTFT objective (the mean TTFT of each prefill path, queueing
+    included: `planner.queueing`; None, as in the paper's case study, rates prefill stages
+    fully busy, Eq. 3-4).
 
     `pd` is the PD cluster in the shape of its PD-P instances, and of its PD-D instances too
     unless `pd_decode` gives them their own (the same GPUs in another shape, from the
@@ -77,6 +81,7 @@ class Hardware:
     link_gbps: float
     decode_slo_tokens_per_s: float
     pd_decode: Cluster | None = None
+    ttft_slo_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.pd_decode is None:
@@ -206,6 +211,7 @@ class StageRates:
     theta_prfaas: FloatArray
     theta_pd_p: FloatArray
     theta_pd_d: FloatArray
+    prfaas_compute: FloatArray  # the PrfaaS cluster's prefill rate, before the link's bound
     prfaas_bound: FloatArray  # Theta_prfaas / p: the arrival rate PrfaaS can absorb
     pd_p_bound: FloatArray  # Theta_pdp / (1 - p)
     lambda_max: FloatArray
@@ -225,6 +231,7 @@ class StageModel:
     bin_pd_prefill_s: FloatArray
     decode: DecodeCapacity
     mean_output_tokens: float
+    moments: StageServiceMoments  # each stage's mean prefill time and C_s^2, for queueing
 
     @classmethod
     def build(cls, hardware: Hardware, workload: Workload, step_tokens: int) -> StageModel:
@@ -238,6 +245,8 @@ class StageModel:
             workload.mean_input_tokens + workload.mean_output_tokens,
             None if decoder.memory is None else decoder.memory.kv_capacity_bytes,
         )
+        bin_prfaas_s = _evaluate(prfaas.prefill_s, histogram.mean_tokens)
+        bin_pd_s = _evaluate(pd.prefill_s, histogram.mean_tokens)
         return cls(
             hardware=hardware,
             histogram=histogram,
@@ -245,10 +254,11 @@ class StageModel:
             prfaas_prefill_s=_evaluate(prfaas.prefill_s, split.long_mean_tokens),
             prfaas_cache_bytes=_evaluate(prfaas.cache_bytes, split.long_mean_tokens),
             pd_prefill_s=_evaluate(pd.prefill_s, split.short_mean_tokens),
-            bin_prfaas_prefill_s=_evaluate(prfaas.prefill_s, histogram.mean_tokens),
-            bin_pd_prefill_s=_evaluate(pd.prefill_s, histogram.mean_tokens),
+            bin_prfaas_prefill_s=bin_prfaas_s,
+            bin_pd_prefill_s=bin_pd_s,
             decode=decode,
             mean_output_tokens=workload.mean_output_tokens,
+            moments=StageServiceMoments.of(histogram.mass, bin_pd_s, bin_prfaas_s),
         )
 
     @property
@@ -262,11 +272,12 @@ class StageModel:
     def rates(self, n_prfaas: int, n_p: FloatArray | float, n_d: FloatArray | float) -> StageRates:
         """Eq. 3-6 at every threshold; pass `n_p`, `n_d` as (k, 1) columns to get a (k, T) grid."""
         p = self.split.offload_fraction
+        n_p = np.asarray(n_p, dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            compute = n_prfaas / self.prfaas_prefill_s
+            compute = n_prfaas / self.prfaas_prefill_s * self._busy(n_prfaas, long=True)
             egress = self.link_bytes_per_s / self.prfaas_cache_bytes
             theta_prfaas = np.where(p > 0, np.minimum(compute, egress), 0.0)
-            theta_pdp = np.where(p < 1, np.asarray(n_p, dtype=np.float64) / self.pd_prefill_s, 0.0)
+            theta_pdp = np.where(p < 1, n_p / self.pd_prefill_s * self._busy(n_p, long=False), 0.0)
         theta_pdd = np.asarray(n_d, dtype=np.float64) * self.decode.rate_per_instance(
             self.mean_output_tokens
         )
@@ -277,10 +288,31 @@ class StageModel:
             theta_prfaas=theta_prfaas,
             theta_pd_p=theta_pdp,
             theta_pd_d=np.broadcast_to(theta_pdd, lambda_max.shape),
+            prfaas_compute=np.broadcast_to(compute, lambda_max.shape),
             prfaas_bound=prfaas_bound,
             pd_p_bound=pd_p_bound,
             lambda_max=lambda_max,
         )
+
+    def _busy(self, num_instances: FloatArray | float, *, long: bool) -> FloatArray | float:
+        """The share of a stage's full rate N / T it may carry: 1 without a TTFT objective,
+        else the utilisation at which its mean TTFT meets it (`planner.queueing`)."""
+        slo_s = self.hardware.ttft_slo_s
+        if slo_s is None:
+            return 1.0
+        m = self.moments
+        service_s, mean_s, scv = (
+            (self.prfaas_prefill_s, m.long_mean_s, m.long_scv)
+            if long
+            else (self.pd_prefill_s, m.short_mean_s, m.short_scv)
+        )
+        n = np.maximum(np.asarray(num_instances, dtype=np.float64), 1.0)  # N = 0: no rate anyway
+        valid = np.isfinite(service_s)
+        busy = usable_utilisation(
+            n, np.where(valid, service_s, 1.0), np.where(valid, mean_s, 0.0),
+            np.where(valid, scv, 0.0), slo_s,
+        )  # fmt: skip
+        return np.where(valid, busy, np.nan)
 
     def ttft_s(self, threshold_index: int) -> FloatArray:
         """Paper-compatible TTFT of each histogram bin: the prefill latency on the hardware that

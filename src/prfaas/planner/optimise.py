@@ -69,7 +69,7 @@ def weighted_quantile(values: FloatArray, weights: FloatArray, q: float) -> floa
     return float(values[order][min(index, len(values) - 1)])
 
 
-def _bottleneck(model: StageModel, rates: StageRates, n_prfaas: int, k: int) -> Stage:
+def _bottleneck(model: StageModel, rates: StageRates, k: int) -> Stage:
     bounds = {
         Stage.PRFAAS: float(rates.prfaas_bound[k]),
         Stage.PD_P: float(rates.pd_p_bound[k]),
@@ -77,7 +77,7 @@ def _bottleneck(model: StageModel, rates: StageRates, n_prfaas: int, k: int) -> 
     }
     stage = min(bounds, key=lambda s: bounds[s])
     if stage is Stage.PRFAAS:
-        compute = n_prfaas / model.prfaas_prefill_s[k]
+        compute = float(rates.prfaas_compute[k])
         egress = model.link_bytes_per_s / model.prfaas_cache_bytes[k]
         return Stage.LINK if egress < compute else Stage.PRFAAS
     return stage
@@ -107,7 +107,7 @@ def operating_point(
         theta_pd_p=float(rates.theta_pd_p[k]) if n_p > 0 else None,
         theta_pd_d=float(rates.theta_pd_d[k]),
         lambda_max=lam,
-        bottleneck=_bottleneck(model, rates, n_prfaas, k),
+        bottleneck=_bottleneck(model, rates, k),
         offload_fraction=p,
         long_mean_tokens=float(split.long_mean_tokens[k]) if p > 0 else None,
         short_mean_tokens=float(split.short_mean_tokens[k]) if p < 1 else None,

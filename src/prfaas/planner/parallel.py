@@ -111,6 +111,8 @@ def search_parallelism(
                 continue
             planned += 1
             value = report.deployments[deployment].lambda_max
+            if value <= 0:
+                continue  # a baseline that misses the TTFT objective on this shape
             if best is None or value > best[0] * (1 + TIE_TOLERANCE):
                 best = (value, report, candidate)
     if best is None:

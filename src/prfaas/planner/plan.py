@@ -55,8 +55,8 @@ class PlanReport:
             name: asdict(point)
             | {
                 "bottleneck": str(point.bottleneck),
-                "ratio_to_homogeneous": point.lambda_max / base,
-                "prfaas_pd_speedup": best / point.lambda_max,
+                "ratio_to_homogeneous": point.lambda_max / base if base > 0 else None,
+                "prfaas_pd_speedup": best / point.lambda_max if point.lambda_max > 0 else None,
             }
             for name, point in self.deployments.items()
         }
@@ -86,7 +86,29 @@ def _homogeneous(model: StageModel, num_gpus: int) -> OperatingPoint:
         raise InfeasiblePlanError("a homogeneous PD baseline needs at least 2 instances")
     top = model.num_thresholds - 1
     (n_p, n_d), _ = best_split(model, 0, splits, [top])
+    # Under a TTFT objective that PD-P misses even idle this baseline serves nothing (0 req/s,
+    # its ratios None): it is a baseline, and PrfaaS-PD may still meet the objective.
     return operating_point(model, 0, n_p, n_d, top, has_threshold=False)
+
+
+def _served(point: OperatingPoint, model: StageModel) -> OperatingPoint:
+    """The PrfaaS-PD point, unless it serves nothing: only a TTFT objective that no split and
+    threshold meets does that (`planner.queueing`), and the plan is then refused."""
+    if point.lambda_max > 0:
+        return point
+    mass, hw = model.histogram.mass, model.hardware
+    bare = {
+        "PD": (float(model.bin_pd_prefill_s @ mass), hw.pd.profile),
+        "PrfaaS": (float(model.bin_prfaas_prefill_s @ mass), hw.prfaas.profile),
+    }
+    alone = ", ".join(
+        f"{bare_s:.3g} s on {name} ({profile.chip.name} x{profile.gpus_per_instance})"
+        for name, (bare_s, profile) in bare.items()
+    )
+    raise InfeasiblePlanError(
+        f"prefill: no split and threshold meets the TTFT objective of {hw.ttft_slo_s:g} s "
+        f"(a prompt's mean prefill alone takes {alone})"
+    )
 
 
 def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport:
@@ -97,7 +119,7 @@ def plan(hardware: Hardware, workload: Workload, step_tokens: int) -> PlanReport
     model = StageModel.build(hardware, workload, step_tokens)
     n_prfaas = hardware.prfaas.num_instances
     (n_p, n_d), k = best_split(model, n_prfaas, splits)
-    prfaas_pd = operating_point(model, n_prfaas, n_p, n_d, k, has_threshold=True)
+    prfaas_pd = _served(operating_point(model, n_prfaas, n_p, n_d, k, has_threshold=True), model)
 
     same_gpus = hardware.prfaas.num_gpus + hardware.pd.num_gpus
     same_price_gpus = int(prfaas_pd.price // hardware.pd.profile.chip.relative_price)

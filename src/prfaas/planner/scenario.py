@@ -7,6 +7,7 @@
     pd: {chip: h20, num_gpus: 64, gpus_per_instance: 8}
     link_gbps: 100
     decode: {slo_tokens_per_s: 40}
+    prefill: {ttft_slo_s: 5}               # optional TTFT objective (mean, queueing included)
     workload:                              # either input + output distributions ...
       input: {lognormal: {mu: 9.90, sigma: 1.00, min_tokens: 128, max_tokens: 128K}}
       output: {fixed_tokens: 1024}
@@ -151,6 +152,12 @@ class DecodeFile(_Strict):
     slo_tokens_per_s: float = Field(gt=0)
 
 
+class PrefillFile(_Strict):
+    """The TTFT objective: each prefill path's mean TTFT, queueing included (`planner.queueing`)."""
+
+    ttft_slo_s: float = Field(gt=0)
+
+
 class ShiftFile(_Strict):
     at_s: float = Field(ge=0)
     input_scale: float = Field(gt=0)
@@ -283,6 +290,7 @@ class ScenarioFile(_Strict):
     pd: ClusterFile
     link_gbps: float = Field(gt=0)
     decode: DecodeFile
+    prefill: PrefillFile | None = None  # None: no TTFT objective (the paper's case study)
     workload: WorkloadFile
     threshold_step_tokens: int = Field(default=100, ge=1, le=100)
     timing: TimingFile = Field(default_factory=TimingFile)
@@ -369,6 +377,7 @@ def build_scenario(body: ScenarioFile, base_dir: Path, where: str) -> Scenario:
         pd=pd,
         link_gbps=body.link_gbps,
         decode_slo_tokens_per_s=body.decode.slo_tokens_per_s,
+        ttft_slo_s=None if body.prefill is None else body.prefill.ttft_slo_s,
     )
     return Scenario(
         name=body.name,

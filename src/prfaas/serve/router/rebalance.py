@@ -41,7 +41,7 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
 from prfaas.serve import protocol as p
-from prfaas.serve.config.deployment import InstanceRole, RebalanceSpec
+from prfaas.serve.config.deployment import InstanceRole, InstanceSpec, RebalanceSpec
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -64,6 +64,28 @@ TO_INSTANCE_ROLE = {
     Role.PD_DECODE: InstanceRole.PD_DECODE,
 }
 MAX_HISTORY = 100
+
+
+def instance_shape(spec: InstanceSpec) -> str:
+    """What a role's instances must share to swap roles: the chip and the GPUs per instance
+    (`prfaas plan --search-parallelism` may give PD-P and PD-D different ones)."""
+    return f"{spec.gpus_per_instance} x {spec.chip or 'gpu'}"
+
+
+def _check_shape(rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole) -> None:
+    """400 unless the deployment file gives `to_role` instances of `inst`'s shape: a plan
+    with a shape per PD role sized each role's instances for that role only (docs/planner.md),
+    so an instance takes a role only in a shape the file configured for it."""
+    shapes = {
+        instance_shape(i.spec) for i in rt.registry.instances.values() if i.spec.role is to_role
+    }
+    shape = instance_shape(inst.spec)
+    if shapes and shape not in shapes:
+        raise BadRequestError(
+            f"instance {inst.name} ({shape}) cannot take {to_role.value}: the deployment's "
+            f"{to_role.value} instances are {', '.join(sorted(shapes))} (a role flip keeps "
+            "an instance's shape)"
+        )
 
 
 def live_hardware(
@@ -176,6 +198,7 @@ class SlowLoop:
             raise BadRequestError(f"no instance named {name!r}")
         if inst.role not in PD_ROLES or to_role not in PD_ROLES:
             raise BadRequestError("only PD instances flip, between pd-prefill and pd-decode")
+        _check_shape(rt, inst, to_role)
         if inst.is_draining or any(i.is_draining for i in rt.registry.instances.values()):
             raise ConflictError("a flip is already draining (one at a time)")
         if inst.role is to_role:
