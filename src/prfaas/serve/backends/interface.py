@@ -56,6 +56,11 @@ class Capabilities:
     has_disk_tier          its pool demotes evicted blocks to a disk tier (events say the medium)
     byte_tokenizer         its prompts are the byte tokenizer's (`protocol.byte_prompt_ids`;
                            chats a transcript): the router encodes them, with no /tokenize
+    prompt_in_kv_stream    its prompt ids travel once, in the request's KV stream (the shell's
+                           PROMPT frame, docs/protocol.md): the prefill instance sends them,
+                           the decode instance takes them from there, and the router's
+                           `/decode` leaves them out (a backend whose engine needs them in
+                           its own request, vLLM's, is sent them in `/decode`)
     """
 
     ships_own_kv: bool = False
@@ -66,6 +71,7 @@ class Capabilities:
     chat_runs_to_context: bool = False
     has_disk_tier: bool = False
     byte_tokenizer: bool = False
+    prompt_in_kv_stream: bool = False
 
     def body(self) -> p.CapabilitiesBody:
         """As `/info` reports it."""

@@ -388,6 +388,7 @@ class TorchBackend(EngineWorker):
                 computes_logprobs=True,
                 has_disk_tier=spec.disk_tier is not None,
                 byte_tokenizer=isinstance(model.tokenizer, ByteTokenizer) and not model.is_chat,
+                prompt_in_kv_stream=True,
             ),
             vocab_size=int(model.hf_config.vocab_size),
             # real bytes per wall second, as its linear timing counts them
