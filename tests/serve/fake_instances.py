@@ -2,12 +2,14 @@
 
 Each base URL is an instance of an emulated deployment that computes nothing: its prompts are
 the byte tokenizer's, a prefill answers at once with first token 0, a decode streams
-`max_tokens` tokens of `b"a"` (ignoring EOS). It keeps `calls`, every call as
-(url, endpoint, started, ended) in a global order, so a test counts the calls made before a
-request's first token and which of them ran one after another. A URL in `down` gets no answer
-(`CallBroke`); a URL the deployment does not name is down too. An instance named in
-`receive_full` reports its KV receive buffer full in `/state`, and a prefill shipping to it
-is refused as a real instance refuses it (503 `kv_buffer_full`).
+`max_tokens` tokens of `b"a"` (ignoring EOS). Like the emulated backend it declares
+`prompt_in_kv_stream`: a prefill keeps its prompt for the decode of the same request id (its
+"KV stream"), and a decode without ids and without such a prefill ends in an error line.
+It keeps `calls`, every call as (url, endpoint, started, ended) in a global order, so a test
+counts the calls made before a request's first token and which of them ran one after another.
+A URL in `down` gets no answer (`CallBroke`); a URL the deployment does not name is down too.
+An instance named in `receive_full` reports its KV receive buffer full in `/state`, and a
+prefill shipping to it is refused as a real instance refuses it (503 `kv_buffer_full`).
 `tests/serve/test_instance_client.py` holds it to the same contract as `HttpInstanceClient`
 over real instances.
 """
@@ -59,6 +61,7 @@ class FakeInstanceClient:
     receive_full: set[str] = field(default_factory=set)  # instance names
     calls: list[Call] = field(default_factory=list)
     books: dict[str, LeaseBook] = field(default_factory=dict)
+    prompts: dict[str, list[int]] = field(default_factory=dict)  # by request id: "arrived"
     _clock: itertools.count[int] = field(default_factory=itertools.count)
 
     def _spec(self, url: str, endpoint: str) -> tuple[InstanceSpec, Call]:
@@ -74,7 +77,8 @@ class FakeInstanceClient:
 
     def _info(self, spec: InstanceSpec) -> p.InstanceInfo:
         info = fake_info(spec.name, spec.role.value, boot_id=f"boot-{spec.name}")
-        capabilities = info.capabilities.model_copy(update={"byte_tokenizer": True})
+        update = {"byte_tokenizer": True, "prompt_in_kv_stream": True}
+        capabilities = info.capabilities.model_copy(update=update)
         update = {"capabilities": capabilities, "vocab_size": 259}
         return info.model_copy(update={**update, "transfer_port": spec.transfer_port})
 
@@ -120,6 +124,7 @@ class FakeInstanceClient:
         if target in self.receive_full:
             err = KvBufferFullError(f"{target}'s KV receive buffer is full")
             raise CallRefused(err.status_code, json.dumps(err.body()).encode())
+        self.prompts[body.request_id] = body.token_ids
         return p.PrefillResult(
             request_id=body.request_id,
             first_token=TOKEN_A,
@@ -132,20 +137,27 @@ class FakeInstanceClient:
 
     @contextlib.asynccontextmanager
     async def decode(
-        self, url: str, body: p.DecodeRequest, *, timeout_s: float
+        self, url: str, body: p.DecodeCall, *, timeout_s: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         spec, call = self._spec(url, "/decode")
         if spec.role.is_prefill:
             self._ended(call)
             raise _refused(f"instance {spec.name} is not a decode instance")
 
+        prompt = self.prompts.pop(body.request_id, None)
+        if body.token_ids is not None:
+            prompt = body.token_ids
+
         async def lines() -> AsyncIterator[bytes]:
+            if prompt is None:
+                yield json_line(p.DecodeChunk(error=f"no prompt ids for {body.request_id}"))
+                return
             n = body.sampling.max_tokens
             for _ in range(n - 1):
                 yield json_line(p.DecodeChunk(token_id=TOKEN_A, text="a"))
             final = p.DecodeChunk(
                 finish_reason="length",
-                num_prompt_tokens=len(body.token_ids),
+                num_prompt_tokens=len(prompt),
                 num_completion_tokens=n,
                 full_text="a" * n,
             )

@@ -111,7 +111,11 @@ def recording_relay(target: tuple[str, int]) -> Iterator[tuple[int, bytearray]]:
                 client, _ = listener.accept()
             except OSError:  # closed: the relay is over
                 return
-            upstream = socket.create_connection(target)
+            try:
+                upstream = socket.create_connection(target)
+            except OSError:  # the target does not listen yet: as if it were down
+                client.close()
+                continue
             threading.Thread(target=pump, args=(client, upstream, True), daemon=True).start()
             threading.Thread(
                 target=pump, args=(upstream.dup(), client.dup(), False), daemon=True

@@ -38,8 +38,9 @@ def test_every_emulated_instance_reports_its_capabilities(launcher: Launcher) ->
         info = httpx.get(spec.url + "/info", auth=launcher.instance_auth(), timeout=30)
         assert info.status_code == 200
         said = p.InstanceInfo.model_validate_json(info.content).capabilities
-        # shell-shipped KV, nothing optional; its prompts are the byte tokenizer's
-        assert said == p.CapabilitiesBody(byte_tokenizer=True)
+        # shell-shipped KV (the prompt ids with it), nothing optional; its prompts are the
+        # byte tokenizer's
+        assert said == p.CapabilitiesBody(byte_tokenizer=True, prompt_in_kv_stream=True)
 
 
 def _move(launcher: Launcher) -> dict[str, Any]:

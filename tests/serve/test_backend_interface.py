@@ -38,10 +38,11 @@ def _declared_verbs_are_there(kind: type[Any], said: Capabilities) -> None:
 
 
 def test_the_emulated_backend_declares_nothing_optional_and_is_refused_it() -> None:
-    """Nothing optional but its byte tokenizer, which the router encodes itself."""
+    """Nothing optional but its byte tokenizer, which the router encodes itself (and its
+    prompt ids in the KV stream the shell ships)."""
     deployment = emulated_deployment()
     backend = EmulatedBackend(deployment, deployment.instance("pdd-0"))
-    assert backend.info.capabilities == Capabilities(byte_tokenizer=True)
+    assert backend.info.capabilities == Capabilities(byte_tokenizer=True, prompt_in_kv_stream=True)
     with pytest.raises(UnsupportedVerbError, match="reports_cached_prefix"):
         interface.cached_prefix(backend)
     with pytest.raises(UnsupportedVerbError, match="moves_prefixes"):
@@ -61,6 +62,7 @@ def test_the_torch_backend_has_every_verb_it_declares() -> None:
         reports_cached_prefix=True,
         computes_logprobs=True,
         byte_tokenizer=True,  # a random preset: the byte tokenizer
+        prompt_in_kv_stream=True,
     )
     _declared_verbs_are_there(TorchBackend, said)
     assert interface.prefix_mover(backend) is backend

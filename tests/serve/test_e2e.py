@@ -244,8 +244,8 @@ def test_a_token_id_prompt_is_the_text_it_encodes(client: openai.OpenAI) -> None
 def test_info_reports_the_torch_backends_capabilities(launcher: Launcher) -> None:
     """What the torch backend declares (`InstanceInfo.capabilities`): it exports and imports
     cached prefixes, says which prefix it holds and computes logprobs; its KV is shipped by
-    the shell, this file gives it no disk tier, and its random preset's prompts are the byte
-    tokenizer's (the router encodes them)."""
+    the shell (the prompt ids with it), this file gives it no disk tier, and its random
+    preset's prompts are the byte tokenizer's (the router encodes them)."""
     for spec in launcher.deployment.instances:
         info = httpx.get(spec.url + "/info", auth=launcher.instance_auth(), timeout=30)
         said = p.InstanceInfo.model_validate_json(info.content).capabilities
@@ -254,6 +254,7 @@ def test_info_reports_the_torch_backends_capabilities(launcher: Launcher) -> Non
             reports_cached_prefix=True,
             computes_logprobs=True,
             byte_tokenizer=True,
+            prompt_in_kv_stream=True,
         )
 
 

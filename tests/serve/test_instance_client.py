@@ -56,7 +56,7 @@ async def _contract(client: InstanceClient, deployment: Deployment) -> None:
     )
     done = await client.prefill(pdp.url, body, timeout_s=30)
     assert done.request_id == "cmpl-contract"
-    ask = p.DecodeRequest(
+    ask = p.DecodeCall(
         request_id="cmpl-contract",
         token_ids=prompt,
         first_token=done.first_token,

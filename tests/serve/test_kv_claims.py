@@ -54,9 +54,18 @@ def test_a_claim_gets_the_slices_and_the_pages_go_back() -> None:
     claims, sink, _ = _ledger()
     _arrive(claims, sink, "r1")
     assert sink.num_free_pages == sink.num_pages - 3 and claims.num_unclaimed == 1
-    slices = asyncio.run(claims.claim("r1", timeout_s=1.0))
-    assert [s.nbytes for s in slices] == [3 * PAGE_BYTES]
+    arrived = asyncio.run(claims.claim("r1", timeout_s=1.0))
+    assert [s.nbytes for s in arrived.slices] == [3 * PAGE_BYTES]
+    assert arrived.prompt_token_ids is None  # none was sent with it
     assert sink.num_free_pages == sink.num_pages and claims.num_unclaimed == 0
+
+
+def test_a_claim_gets_the_prompt_that_came_with_the_kv() -> None:
+    claims, sink, _ = _ledger()
+    _commit(sink, "r1")
+    claims.arrived("r1", prompt_token_ids=(257, 7, 2**32 - 1))
+    arrived = asyncio.run(claims.claim("r1", timeout_s=1.0))
+    assert arrived.prompt_token_ids == (257, 7, 2**32 - 1)
 
 
 def test_kv_that_arrives_after_its_request_was_dropped_is_released_at_once() -> None:

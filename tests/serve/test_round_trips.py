@@ -5,8 +5,9 @@ A PD-P request without a cache move, on instances whose prompts the router can e
 counted at the router's transport, it makes two calls before the first token, one after the
 other: `/prefill`, then `/decode`. There were three (`/tokenize` first) and four with
 `/cached` on a decode instance that reports its cache. The prompt's ids cross the wire in
-those two bodies only, packed (`protocol.TokenIds`). The same request through the in-process
-`FakeInstanceClient` makes the same two calls.
+those two bodies only, packed (`protocol.TokenIds`), and in `/prefill` alone when both
+instances take the prompt with the KV (`prompt_in_kv_stream`). The same request through the
+in-process `FakeInstanceClient` makes the same two calls.
 """
 
 from __future__ import annotations
@@ -33,13 +34,23 @@ SAMPLING = p.Sampling(max_tokens=4, temperature=0, top_p=1, top_k=0, seed=0, ign
 
 
 def _runtime(
-    deployment: Deployment, client: InstanceClient, *, reports_cache: bool
+    deployment: Deployment,
+    client: InstanceClient,
+    *,
+    reports_cache: bool,
+    prompt_in_kv_stream: frozenset[str] = frozenset(),
 ) -> RouterRuntime:
+    """A router over instances whose `/info` says `byte_tokenizer`, `moves_prefixes` as
+    `reports_cache`, and `prompt_in_kv_stream` for the instances named there."""
     registry = Registry(deployment, client)
     for inst in registry.instances.values():
         info = fake_info(inst.name, inst.role.value)
         capabilities = info.capabilities.model_copy(
-            update={"byte_tokenizer": True, "moves_prefixes": reports_cache}
+            update={
+                "byte_tokenizer": True,
+                "moves_prefixes": reports_cache,
+                "prompt_in_kv_stream": inst.name in prompt_in_kv_stream,
+            }
         )
         update = {"capabilities": capabilities, "vocab_size": 259}
         inst.info, inst.is_healthy = info.model_copy(update=update), True
@@ -116,6 +127,37 @@ def test_two_sequential_calls_before_the_first_token(reports_cache: bool) -> Non
     assert [path for path, _ in counting.calls[:2]] == ["/prefill", "/decode"]
     packed = p.pack_token_ids(p.byte_prompt_ids(PROMPT)).encode()
     assert [packed in body for _, body in counting.calls[:2]] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("declared", "in_decode"),
+    [("all", False), ("decode only", True), ("none", True)],
+)
+def test_the_ids_leave_the_router_once_when_both_instances_take_them_with_the_kv(
+    declared: str, in_decode: bool
+) -> None:
+    """`/prefill` always carries the packed ids; `/decode` only when the prompt cannot reach
+    the decode instance with the KV (either instance does not declare `prompt_in_kv_stream`:
+    vLLM's engine needs them in its own request)."""
+    counting = Counting()
+    deployment = fake_deployment()
+    names = {spec.name for spec in deployment.instances}
+    decoders = {spec.name for spec in deployment.instances if not spec.role.is_prefill}
+    chosen = {"all": names, "decode only": decoders, "none": set()}[declared]
+
+    async def run() -> str:
+        async with HttpInstanceClient(transport=httpx.MockTransport(counting.handle)) as client:
+            rt = _runtime(
+                deployment, client, reports_cache=False, prompt_in_kv_stream=frozenset(chosen)
+            )
+            return await _until_first_token(rt)
+
+    assert asyncio.run(run()) == "pd-p"
+    (prefill, decode) = [body for _, body in counting.calls[:2]]
+    packed = p.pack_token_ids(p.byte_prompt_ids(PROMPT)).encode()
+    assert packed in prefill
+    assert (packed in decode) is in_decode
+    assert (json.loads(decode)["token_ids"] is None) is not in_decode
 
 
 def test_the_fake_sees_the_same_two_calls() -> None:

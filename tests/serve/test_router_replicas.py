@@ -217,7 +217,7 @@ def test_every_replica_stops_placing_on_an_instance_the_holder_drains(
     (holder,) = _wait("one holder", lambda: replicas.holders() or None)
     decode = launcher.deployment.instance("pdd-0")
     sampling = p.Sampling(max_tokens=4, temperature=0, top_p=1, top_k=0, seed=0)
-    held = p.DecodeRequest(
+    held = p.DecodeCall(
         request_id="held-open", token_ids=[1, 2, 3], first_token=4, sampling=sampling
     )
 

@@ -70,7 +70,7 @@ def _stream(output: bytes, stops: list[str]) -> list[p.DecodeChunk]:
     sampling = p.Sampling(
         max_tokens=len(output), temperature=0, top_p=1, top_k=0, seed=0, stop=stops
     )
-    body = p.DecodeRequest(request_id="r", token_ids=[1], first_token=output[0], sampling=sampling)
+    body = p.DecodeCall(request_id="r", token_ids=[1], first_token=output[0], sampling=sampling)
 
     async def run() -> list[p.DecodeChunk]:
         lines = split_lines(stream_decode(rt, body))

@@ -34,7 +34,7 @@ def test_prefix_layout_matches_the_spec() -> None:
     raw = encode_header(FrameKind.DATA, b"meta", payload_len=1000, payload_check=0xDEADBEEF)
     assert PREFIX.size == 24
     assert raw[0:2] == b"PF"
-    assert raw[2] == 4 and raw[3] == FrameKind.DATA
+    assert raw[2] == 5 and raw[3] == FrameKind.DATA
     assert int.from_bytes(raw[4:8], "big") == 4
     assert int.from_bytes(raw[8:16], "big") == 1000
     assert int.from_bytes(raw[16:20], "big") == 0xDEADBEEF

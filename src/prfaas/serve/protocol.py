@@ -7,7 +7,7 @@
     POST /tokenize    TokenizeRequest  ->    TokenizeResult (a prompt's or a chat's ids)
     POST /detokenize  TokenizeResult   ->    DetokenizeResult
     POST /prefill     PrefillRequest   ->    PrefillResult  (KV streamed to the decode instance)
-    POST /decode      DecodeRequest    ->    NDJSON lines of DecodeChunk, the last one final
+    POST /decode      DecodeCall       ->    NDJSON lines of DecodeChunk, the last one final
     POST /role        RoleRequest      ->    InstanceInfo (the new role; 409 while busy, or
                                              for an epoch below the lease's: fencing)
     POST /drain       DrainRequest     ->    LeaseAnswer (drained for a flip: `draining` in
@@ -150,6 +150,7 @@ class CapabilitiesBody(_Body):
     # It encodes with the model directory's tokenizer.json as transformers loads it (torch on
     # a checkpoint directory; vLLM without a tokenizer flag of its own).
     tokenizer_from_model_dir: bool = False
+    prompt_in_kv_stream: bool = False  # prompt ids come with the KV: /decode omits them
 
 
 class InstanceInfo(_Body):
@@ -468,7 +469,28 @@ class PrefillResult(_Body):
     first_finish_reason: Literal["stop"] | None = None
 
 
+class DecodeCall(_Body):
+    """The router's `/decode` body. `token_ids` None: the prompt's ids come with the
+    request's KV (the transfer stream's PROMPT frame), as they do when both instances declare
+    `prompt_in_kv_stream`; so a long prompt leaves the router once, in `/prefill`."""
+
+    request_id: str = Field(min_length=1, max_length=100)
+    token_ids: Annotated[TokenIds, Field(min_length=1)] | None = None
+    first_token: int
+    sampling: Sampling
+    first_finish_reason: Literal["stop"] | None = None  # PrefillResult's
+    router: str = Field(default="", max_length=200)  # the replica that placed it
+
+    def request(self, token_ids: list[int]) -> DecodeRequest:
+        """The decode as the backend takes it, its prompt `token_ids` resolved by the shell
+        (this call's, or the ones that arrived with the KV)."""
+        fields = self.model_dump(exclude={"token_ids"})
+        return DecodeRequest.model_validate({**fields, "token_ids": token_ids})
+
+
 class DecodeRequest(_Body):
+    """A decode as the instance's backend takes it: a `DecodeCall` with its prompt known."""
+
     request_id: str = Field(min_length=1, max_length=100)
     token_ids: Annotated[TokenIds, Field(min_length=1)]
     first_token: int

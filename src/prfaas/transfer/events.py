@@ -34,12 +34,15 @@ class TransferFailed:
 
 @dataclass(frozen=True, slots=True)
 class TransferReceived:
-    """Receiver: a request's KV is committed in the sink and ready for decode."""
+    """Receiver: a request's KV is committed in the sink and ready for decode, with the
+    prompt's token ids when the sender sent them (`OutgoingTransfer.send_prompt`; None: it
+    did not, as a prefix move does not)."""
 
     request_id: RequestId
     peer: str
     payload_bytes: int
     num_slices: int
+    prompt_token_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

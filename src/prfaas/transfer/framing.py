@@ -22,6 +22,7 @@ from prfaas.transfer.errors import ConnectionLostError, FrameError
 from prfaas.transfer.telemetry import TcpInfo
 from prfaas.transfer.transport import BeforeSend, Buffer, Connection
 from prfaas.transfer.wire import (
+    PAYLOAD_KINDS,
     PREFIX,
     FrameKind,
     FramePrefix,
@@ -93,7 +94,8 @@ class FramedConnection:
         self.bytes_sent += sum(len(p) for p in parts)
 
     async def read_frame(self) -> Frame:
-        """Next frame header and metadata, checksum-verified. Non-DATA frames carry no payload."""
+        """Next frame header and metadata, checksum-verified. Only DATA and PROMPT frames
+        carry a payload (still on the wire: `read_payload_into`)."""
         raw = memoryview(self._prefix_buffer)
         with translated_errors(f"reading from {self.peer_name}"):
             await self._connection.read_into(raw)
@@ -102,13 +104,14 @@ class FramedConnection:
             if prefix.meta_len:
                 await self._connection.read_into(memoryview(meta))
         verify_header(bytes(raw), prefix, bytes(meta))
-        if prefix.kind is not FrameKind.DATA and prefix.payload_len:
+        if prefix.kind not in PAYLOAD_KINDS and prefix.payload_len:
             raise FrameError(f"{prefix.kind.name} frame carries a payload")
         return Frame(prefix, bytes(meta))
 
     async def read_payload_into(self, frame: Frame, views: list[memoryview]) -> bool:
-        """Read DATA `frame`'s payload into consecutive `views` (scatter read); True when it
-        matches the frame's check (computed as the bytes land), or when checks are off."""
+        """Read a DATA or PROMPT `frame`'s payload into consecutive `views` (scatter read);
+        True when it matches the frame's check (computed as the bytes land), or when checks
+        are off."""
         digest = xxhash.xxh3_64() if self.payload_checks else None
         with translated_errors(f"reading a payload from {self.peer_name}"):
             await self._connection.readv_into(views, digest)

@@ -3,9 +3,16 @@
 Per request, frames may arrive on any of the session's connections in any order; a request is
 complete when END has arrived and the counted frames and bytes, and every slice, are in:
 
-    DATA ... DATA (conn 0..N-1)  +  END(frames=F, bytes=B)  ->  sink.commit, COMPLETED, event
+    [PROMPT] DATA ... DATA (conn 0..N-1)  +  END(frames=F, bytes=B)
+                                        ->  sink.commit, COMPLETED, event (with the prompt)
     bad payload checksum / out of pages / stall / sender ABORT / lost connection
-                                                            ->  sink.free, ABORT back, event
+                                        ->  sink.free, ABORT back, event
+
+A PROMPT frame (at most one per request, counted in END like a DATA frame) carries the
+request's prompt token ids; they are held with the request, not in the sink, and handed over
+in its `TransferReceived`. One above `MAX_PROMPT_TOKENS` is a FrameError before any byte of it
+is read (the session is dropped: a peer that sends one is broken); a second one, or one that
+is not whole uint32s, aborts its request.
 
 Every DATA frame read is acknowledged (ACK) on its connection, even one that is discarded,
 so the sender's window always drains. Pages are allocated on a slice's first frame and
@@ -43,7 +50,16 @@ from prfaas.transfer.keys import RequestId, SessionId, SliceKey, SliceMeta
 from prfaas.transfer.sink import PageSink
 from prfaas.transfer.transport import Connection, Listener, PeerAddress, Transport
 from prfaas.transfer.waiters import Waiters
-from prfaas.transfer.wire import Abort, DataHeader, FrameKind, PeerIdentity, RequestMark
+from prfaas.transfer.wire import (
+    MAX_PROMPT_TOKENS,
+    TOKEN_ID_BYTES,
+    Abort,
+    DataHeader,
+    FrameKind,
+    PeerIdentity,
+    RequestMark,
+    decode_prompt,
+)
 
 MAX_TOMBSTONES = 4096
 
@@ -65,6 +81,7 @@ class _Incoming:
     expected: RequestMark | None = None
     reads_in_flight: int = 0
     is_aborted: bool = False
+    prompt: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -75,6 +92,18 @@ class _Session:
     requests: dict[RequestId, _Incoming] = field(default_factory=dict)
     tombstones: OrderedDict[RequestId, None] = field(default_factory=OrderedDict)
     is_dropped: bool = False
+
+
+def _prompt_problem(request: _Incoming | None, mark: RequestMark, nbytes: int) -> str:
+    """Why a PROMPT frame breaks the protocol for its request ("" when it does not)."""
+    if request is None:
+        return ""  # a late frame of an aborted request: discarded without a word
+    rid = request.request_id
+    if request.prompt is not None:
+        return f"a second PROMPT for {rid}"
+    if mark.total_bytes != nbytes or nbytes % TOKEN_ID_BYTES:
+        return f"the PROMPT of {rid} is {nbytes} bytes (says {mark.total_bytes}): not uint32s"
+    return ""
 
 
 def _subviews(views: list[memoryview], offset: int, nbytes: int) -> list[memoryview]:
@@ -175,6 +204,8 @@ class Receiver:
     async def _on_frame(self, session: _Session, conn: FramedConnection, frame: Frame) -> None:
         if frame.kind is FrameKind.DATA:
             await self._on_data(session, conn, frame)
+        elif frame.kind is FrameKind.PROMPT:
+            await self._on_prompt(session, conn, frame)
         elif frame.kind is FrameKind.END:
             mark = RequestMark.decode(frame.meta)
             request = session.requests.get(mark.request_id)
@@ -220,6 +251,37 @@ class Receiver:
                 request.received_bytes += nbytes
                 request.last_progress_s = asyncio.get_running_loop().time()
         await conn.send(FrameKind.ACK, RequestMark(rid, header.seq, nbytes).encode())
+        if request is not None and rid in session.requests:
+            await self._complete_if_ready(session, conn, request)
+
+    async def _on_prompt(self, session: _Session, conn: FramedConnection, frame: Frame) -> None:
+        """The request's prompt ids, kept with it until its commit hands them over."""
+        mark, nbytes = RequestMark.decode(frame.meta), frame.prefix.payload_len
+        if nbytes > MAX_PROMPT_TOKENS * TOKEN_ID_BYTES:
+            raise FrameError(f"a PROMPT of {nbytes} bytes exceeds {MAX_PROMPT_TOKENS} tokens")
+        rid = mark.request_id
+        request = session.requests.get(rid)
+        if request is None and rid not in session.tombstones:
+            request = self._begin(session, rid)
+        problem = _prompt_problem(request, mark, nbytes)
+        if request is None or problem:
+            await conn.discard_payload(nbytes)
+            if problem:
+                await self._abort(session, rid, AbortReason.PROTOCOL_VIOLATION, problem, conn)
+        else:
+            payload = bytearray(nbytes)
+            intact = await conn.read_payload_into(frame, [memoryview(payload)])
+            if request.is_aborted:
+                pass  # aborted (from another connection) while the payload landed
+            elif not intact:
+                message = f"payload checksum mismatch in the PROMPT of {rid}"
+                await self._abort(session, rid, AbortReason.CHECKSUM_MISMATCH, message, conn)
+            else:
+                request.prompt = decode_prompt(bytes(payload))
+                request.num_frames += 1
+                request.received_bytes += nbytes
+                request.last_progress_s = asyncio.get_running_loop().time()
+        await conn.send(FrameKind.ACK, RequestMark(rid, mark.count, nbytes).encode())
         if request is not None and rid in session.requests:
             await self._complete_if_ready(session, conn, request)
 
@@ -281,7 +343,10 @@ class Receiver:
             return
         del session.requests[rid]
         self._sink.commit(rid)
-        self._emit(TransferReceived(rid, session.peer, request.received_bytes, len(request.slices)))
+        received = TransferReceived(
+            rid, session.peer, request.received_bytes, len(request.slices), request.prompt
+        )
+        self._emit(received)
         mark = RequestMark(rid, request.num_frames, request.received_bytes)
         await conn.send(FrameKind.COMPLETED, mark.encode())
 

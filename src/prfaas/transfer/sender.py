@@ -2,6 +2,7 @@
 
     sender = Sender(config, identity, TcpTransport())
     transfer = await sender.start_transfer(peer, RequestId("req-1"))
+    await transfer.send_prompt(token_ids)            # optional, once: the decode side's prompt
     for layer in range(num_layers):                  # as each layer finishes computing
         await transfer.send_slice(key, "float16", shape, layer_kv)
     await transfer.finish()                          # END, then wait for COMPLETED
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 from prfaas.transfer.config import TransferConfig
 from prfaas.transfer.errors import (
@@ -34,7 +36,14 @@ from prfaas.transfer.keys import RequestId, SliceKey, SliceMeta
 from prfaas.transfer.link import LinkState, PeerLink, QueuedFrame
 from prfaas.transfer.telemetry import LinkSignals
 from prfaas.transfer.transport import Buffer, PeerAddress, Transport
-from prfaas.transfer.wire import Abort, DataHeader, FrameKind, PeerIdentity, RequestMark
+from prfaas.transfer.wire import (
+    Abort,
+    DataHeader,
+    FrameKind,
+    PeerIdentity,
+    RequestMark,
+    encode_prompt,
+)
 
 
 class OutgoingTransfer:
@@ -56,6 +65,7 @@ class OutgoingTransfer:
         self.queued_bytes = 0
         self.acked_bytes = 0
         self._is_finished = False
+        self._has_prompt = False
         self._events = events
 
     @property
@@ -81,6 +91,23 @@ class OutgoingTransfer:
             self._link.enqueue(frame)
             self._num_frames += 1
             self.queued_bytes += len(chunk)
+
+    async def send_prompt(self, token_ids: Sequence[int]) -> None:
+        """Queue the request's prompt token ids (one PROMPT frame, at most once): the
+        receiver hands them over with the committed KV (`TransferReceived.prompt_token_ids`),
+        so the decode side learns the prompt from this stream."""
+        if self._is_finished or self._has_prompt:
+            raise ValueError(f"{self.request_id}: send_prompt after finish or twice")
+        payload = memoryview(encode_prompt(token_ids))
+        self._raise_if_done()
+        await self._link.wait_for_room()
+        self._raise_if_done()
+        self._has_prompt = True
+        mark = RequestMark(self.request_id, self._num_frames, len(payload))
+        frame = QueuedFrame(self, FrameKind.PROMPT, mark.encode(), payload, self._num_frames)
+        self._link.enqueue(frame)
+        self._num_frames += 1
+        self.queued_bytes += len(payload)
 
     async def finish(self) -> None:
         """Send END and wait until the receiver commits (or the transfer fails)."""

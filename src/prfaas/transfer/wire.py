@@ -1,11 +1,11 @@
 """Byte layout of every frame (spec: docs/protocol.md). Pure functions, no I/O.
 
 Every frame is a 24-byte prefix, `meta_len` bytes of kind-specific metadata, then
-`payload_len` bytes of payload (DATA frames only):
+`payload_len` bytes of payload (DATA and PROMPT frames only):
 
     offset  size  field
     0       2     magic b"PF"
-    2       1     protocol version (4)
+    2       1     protocol version (5)
     3       1     kind (FrameKind)
     4       4     meta_len       u32
     8       8     payload_len    u64
@@ -24,12 +24,19 @@ Version 3 added a flags byte to HELLO and CHALLENGE: whether payload checks are 
 must agree; off leaves a payload's integrity to TCP, and the field is then 0).
 Version 4 moved the compatibility facts (model fingerprint, block size, hash seed, flags) out
 of HELLO and CHALLENGE into AUTH: a peer learns them only after the other proved the secret.
+Version 5 added the PROMPT frame: a request's prompt token ids, once, as a payload (little-endian
+uint32s, the `TokenIds` bytes of the HTTP protocol) beside its KV slices, so the decode instance
+learns the prompt from the stream and the router need not send it again. A v4 peer is refused at
+the handshake (`RejectReason.VERSION`), never sent a frame kind it would not know.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Self, TypeVar
@@ -38,13 +45,15 @@ from prfaas.transfer.errors import AbortReason, FrameError, RejectReason
 from prfaas.transfer.keys import MAX_REQUEST_ID_BYTES, RequestId, SessionId, SliceKey, SliceMeta
 
 MAGIC = b"PF"
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 PREFIX = struct.Struct("!2sBBIQII")
 MAX_META_BYTES = 4096
 NONCE_BYTES = 32
 MAC_BYTES = 32
 FINGERPRINT_BYTES = 32
 SESSION_ID_BYTES = 16
+TOKEN_ID_BYTES = 4  # a prompt token id: little-endian uint32
+MAX_PROMPT_TOKENS = 1 << 24  # a PROMPT payload of more is a protocol violation (64 MiB)
 
 _E = TypeVar("_E", bound=IntEnum)
 
@@ -60,6 +69,11 @@ class FrameKind(IntEnum):
     ABORT = 18
     ACK = 19
     COMPLETED = 20
+    PROMPT = 21
+
+
+#: Frame kinds that carry a payload after their metadata (any other with one is a FrameError).
+PAYLOAD_KINDS = frozenset({FrameKind.DATA, FrameKind.PROMPT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,10 +329,11 @@ class DataHeader:
 
 @dataclass(frozen=True, slots=True)
 class RequestMark:
-    """END, ACK and COMPLETED metadata: a request and a (count, bytes) pair.
+    """END, ACK, COMPLETED and PROMPT metadata: a request and a (count, bytes) pair.
 
-    END: count = DATA frames sent, total = payload bytes sent. ACK: count = the frame's seq,
-    total = its payload bytes. COMPLETED: count = frames received, total = bytes received.
+    END: count = payload frames sent (DATA and PROMPT), total = payload bytes sent. ACK and
+    PROMPT: count = the frame's seq, total = its payload bytes. COMPLETED: count = frames
+    received, total = bytes received.
     """
 
     request_id: RequestId
@@ -354,6 +369,31 @@ class Abort:
         abort = cls(request_id, _enum(AbortReason, r.uint(1)), r.text())
         r.end()
         return abort
+
+
+def encode_prompt(token_ids: Sequence[int]) -> bytes:
+    """A PROMPT payload: the ids as little-endian uint32s (ValueError outside uint32, or for
+    more than `MAX_PROMPT_TOKENS`)."""
+    if len(token_ids) > MAX_PROMPT_TOKENS:
+        raise ValueError(f"a prompt of {len(token_ids)} tokens exceeds {MAX_PROMPT_TOKENS}")
+    try:
+        packed = array("I", token_ids)
+    except OverflowError as exc:
+        raise ValueError(f"prompt token ids must be uint32s: {exc}") from None
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def decode_prompt(payload: bytes) -> tuple[int, ...]:
+    """`encode_prompt`'s inverse; FrameError for bytes that are not whole uint32s."""
+    if len(payload) % TOKEN_ID_BYTES:
+        raise FrameError(f"a PROMPT payload of {len(payload)} bytes is not whole uint32s")
+    ids = array("I")
+    ids.frombytes(payload)
+    if sys.byteorder != "little":
+        ids.byteswap()
+    return tuple(ids)
 
 
 def _identity(w: _Writer, identity: PeerIdentity) -> _Writer:

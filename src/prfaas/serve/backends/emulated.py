@@ -155,7 +155,9 @@ class EmulatedBackend:
                 self.scaled_kv_bytes,
             ),
             capabilities=Capabilities(
-                has_disk_tier=self.disk.tier is not None, byte_tokenizer=True
+                has_disk_tier=self.disk.tier is not None,
+                byte_tokenizer=True,
+                prompt_in_kv_stream=True,
             ),
             vocab_size=VOCAB_SIZE,
             disk_read_bytes_per_s=self.disk.published_read_bytes_per_s,

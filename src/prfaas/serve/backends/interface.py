@@ -61,6 +61,11 @@ class Capabilities:
     tokenizer_from_model_dir  it encodes with the model directory's tokenizer.json as
                            transformers loads it: a router that reads the directory may encode
                            its prompts itself (`serve.router.model_tokenizer`)
+    prompt_in_kv_stream    its prompt ids travel once, in the request's KV stream (the shell's
+                           PROMPT frame, docs/protocol.md): the prefill instance sends them,
+                           the decode instance takes them from there, and the router's
+                           `/decode` leaves them out (a backend whose engine needs them in
+                           its own request, vLLM's, is sent them in `/decode`)
     """
 
     ships_own_kv: bool = False
@@ -73,6 +78,7 @@ class Capabilities:
     byte_tokenizer: bool = False
     prompt_as_chat_turn: bool = False
     tokenizer_from_model_dir: bool = False
+    prompt_in_kv_stream: bool = False
 
     def body(self) -> p.CapabilitiesBody:
         """As `/info` reports it."""

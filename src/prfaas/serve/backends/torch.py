@@ -390,6 +390,7 @@ class TorchBackend(EngineWorker):
                 byte_tokenizer=isinstance(model.tokenizer, ByteTokenizer) and not model.is_chat,
                 prompt_as_chat_turn=model.is_chat,  # `HfTokenizer.encode_prompt`
                 tokenizer_from_model_dir=(Path(deployment.model) / "tokenizer.json").is_file(),
+                prompt_in_kv_stream=True,
             ),
             vocab_size=int(model.hf_config.vocab_size),
             # real bytes per wall second, as its linear timing counts them

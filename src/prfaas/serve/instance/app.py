@@ -154,10 +154,17 @@ def _add_request_routes(app: FastAPI, rt: InstanceRuntime) -> None:
         return await run_prefill(rt, body)
 
     @app.post("/decode")
-    async def decode(body: p.DecodeRequest) -> StreamingResponse:
+    async def decode(body: p.DecodeCall) -> StreamingResponse:
         if rt.spec.role.is_prefill:
             raise BadRequestError(f"instance {rt.spec.name} is not a decode instance")
-        check_vocabulary(rt, body.token_ids)
+        if body.token_ids is not None:
+            check_vocabulary(rt, body.token_ids)
+        elif not rt.backend.info.capabilities.prompt_in_kv_stream:
+            raise BadRequestError(
+                f"instance {rt.spec.name} takes its prompt in /decode: its backend does not "
+                "declare prompt_in_kv_stream",
+                param="token_ids",
+            )
         return StreamingResponse(stream_decode(rt, body), media_type="application/x-ndjson")
 
     @app.post("/cancel")

@@ -8,7 +8,8 @@ so a request whose client left during its prefill stranded its KV there for good
 Each request id here is in one state:
 
     AWAITED   a claim waits for it          --commit-->  ARRIVED (the waiter wakes)
-    ARRIVED   pages held in the sink        --claim-->   slices copied out, pages released
+    ARRIVED   pages held in the sink (and   --claim-->   slices copied out, pages released
+              the prompt ids, when sent)
                                             --drop-->    pages released now
                                             --ttl_s-->   pages released (the safety net)
     DROPPED   cancelled before it arrived   --commit-->  pages released at once
@@ -39,6 +40,15 @@ from prfaas.transfer import ArraySink, RequestId
 UNCLAIMED_KV_TTL_S = 60.0  # as long as a decode call waits for its KV (ARRIVAL_TIMEOUT_S)
 
 
+@dataclass(frozen=True, slots=True)
+class ArrivedKv:
+    """What a claim gets: the request's slices and the prompt ids that came with them (None
+    when the sender sent none: a prefix move, or a sender that does not `send_prompt`)."""
+
+    slices: list[KvSlice]
+    prompt_token_ids: tuple[int, ...] | None = None
+
+
 class ClaimState(Enum):
     AWAITED = "awaited"
     ARRIVED = "arrived"
@@ -52,6 +62,7 @@ class _Entry:
     since_s: float
     waiter: asyncio.Future[None] | None = None
     error: str = ""
+    prompt_token_ids: tuple[int, ...] | None = None
 
 
 class KvClaims:
@@ -73,16 +84,18 @@ class KvClaims:
         """Requests whose KV arrived and is still held, waiting for its claim."""
         return sum(1 for e in self._entries.values() if e.state is ClaimState.ARRIVED)
 
-    def arrived(self, request_id: str) -> None:
-        """The receiver committed `request_id`: hand it to its claim, or hold it (ttl_s),
-        or release it at once when the request was dropped."""
+    def arrived(self, request_id: str, prompt_token_ids: tuple[int, ...] | None = None) -> None:
+        """The receiver committed `request_id` (with its prompt ids, when they came): hand it
+        to its claim, or hold it (ttl_s), or release it at once when the request was dropped."""
         entry = self._entries.get(request_id)
         if entry is not None and entry.state is ClaimState.DROPPED:
             self._sink.release(RequestId(request_id))
             del self._entries[request_id]
             return
         waiter = entry.waiter if entry is not None else None
-        self._entries[request_id] = _Entry(ClaimState.ARRIVED, self._clock(), waiter)
+        self._entries[request_id] = _Entry(
+            ClaimState.ARRIVED, self._clock(), waiter, prompt_token_ids=prompt_token_ids
+        )
         _wake(waiter)
 
     def aborted(self, request_id: str, message: str) -> None:
@@ -97,9 +110,9 @@ class KvClaims:
         self._entries[request_id] = _Entry(ClaimState.FAILED, self._clock(), waiter, message)
         _wake(waiter)
 
-    async def claim(self, request_id: str, timeout_s: float) -> list[KvSlice]:
-        """The request's slices once they are all here (their pages are then released);
-        502 when its transfer failed or nothing arrived within `timeout_s`."""
+    async def claim(self, request_id: str, timeout_s: float) -> ArrivedKv:
+        """The request's slices and prompt once they are all here (their pages are then
+        released); 502 when its transfer failed or nothing arrived within `timeout_s`."""
         entry = self._entries.setdefault(request_id, _Entry(ClaimState.AWAITED, self._clock()))
         if entry.state is ClaimState.AWAITED:
             if entry.waiter is not None:
@@ -121,7 +134,7 @@ class KvClaims:
             raise InstanceFailedError(f"KV transfer aborted: {entry.error}")
         slices = committed_slices(self._sink, request_id)
         self._sink.release(RequestId(request_id))
-        return slices
+        return ArrivedKv(slices, entry.prompt_token_ids)
 
     def drop(self, request_id: str) -> None:
         """The request is over without its claim: release what arrived, and whatever arrives

@@ -17,11 +17,13 @@ decode call is still in progress). The role only decides which calls the instanc
 backend does both. A PD instance also owns a `move_sender` paced like the link (token bucket
 plus delay) for prefixes it moves to the PrfaaS cluster.
 
-    POST /prefill  run the prefill on the engine thread; stream every layer's slices to the
-                   decode instance's receiver as soon as the layer is done; answer after the
-                   receiver committed (first token, KV bytes, prefix hit)
+    POST /prefill  run the prefill on the engine thread; send the prompt's ids (once, a
+                   PROMPT frame) and stream every layer's slices to the decode instance's
+                   receiver as soon as the layer is done; answer after the receiver
+                   committed (first token, KV bytes, prefix hit)
     POST /decode   wait for that request's committed KV, import it, stream NDJSON tokens;
-                   a client that goes away cancels the request in the engine
+                   the prompt is the call's ids or, without them, the ids that came with
+                   the KV; a client that goes away cancels the request in the engine
     POST /role     switch a drained PD instance between pd-prefill and pd-decode
     POST /cached         (decode side) the prompt tokens whose attention KV the pool holds
     POST /prefix/send    (holder) export the restorable prefix of a prompt from the pool and
@@ -76,10 +78,11 @@ from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
     DeploymentError,
+    InstanceFailedError,
     NoCapacityError,
     ServeError,
 )
-from prfaas.serve.instance.kv_claims import KvClaims
+from prfaas.serve.instance.kv_claims import ArrivedKv, KvClaims
 from prfaas.serve.instance.lease import LeaseBook
 from prfaas.serve.instance.running_calls import RunningCalls
 from prfaas.serve.instance.stream_text import StreamedText
@@ -241,7 +244,7 @@ async def _pump_arrivals(rt: InstanceRuntime) -> None:
         await receiver.wait_for_events()
         for event in receiver.take_events():
             if isinstance(event, TransferReceived):
-                rt.claims.arrived(event.request_id)
+                rt.claims.arrived(event.request_id, event.prompt_token_ids)
             elif isinstance(event, TransferAborted):
                 rt.claims.aborted(event.request_id, event.message)
 
@@ -273,14 +276,18 @@ async def run_prefill(rt: InstanceRuntime, body: p.PrefillRequest) -> p.PrefillR
 async def _run_prefill(
     rt: InstanceRuntime, peer: PeerAddress, body: p.PrefillRequest
 ) -> p.PrefillResult:
-    """The backend's prefill, its slices streamed to `peer` as they come (none come from a
-    backend that `ships_own_kv`: its engine sent them, and `PrefillDone` says how many bytes)."""
+    """The backend's prefill, the prompt's ids and its slices streamed to `peer` as they come
+    (none come from a backend that `ships_own_kv`: its engine sent them, and `PrefillDone`
+    says how many bytes). The whole prompt goes, also when the decode instance holds a prefix
+    (`from_token`): the decode side takes its prompt from here (`prompt_in_kv_stream`)."""
     started = time.monotonic()
     transfer = None
     if rt.kv is not None:
         transfer = await rt.kv.sender.start_transfer(peer, RequestId(body.request_id))
     kv_bytes = num_slices = 0
     try:  # from here every way out ends the transfer (a refused prefill too)
+        if transfer is not None:
+            await transfer.send_prompt(body.token_ids)
         items = rt.backend.prefill(asyncio.get_running_loop(), body)
         while True:
             item = await items.get()
@@ -320,10 +327,27 @@ def _key(item: KvSlice) -> SliceKey:
     return SliceKey(item.layer_index, item.group_index, item.token_start, item.token_end)
 
 
-async def _arrived(rt: InstanceRuntime, request_id: str) -> list[KvSlice]:
-    """The committed slices of transfer `request_id` once they are all here (then freed)."""
-    assert rt.claims is not None
+async def _arrived(rt: InstanceRuntime, request_id: str) -> ArrivedKv:
+    """The committed slices (and prompt) of transfer `request_id` once they are all here
+    (then freed); nothing for a backend that ships its own KV."""
+    if rt.claims is None:
+        return ArrivedKv([])
     return await rt.claims.claim(request_id, ARRIVAL_TIMEOUT_S)
+
+
+async def _decode_input(
+    rt: InstanceRuntime, call: p.DecodeCall
+) -> tuple[p.DecodeRequest, list[KvSlice]]:
+    """The backend's decode request and the KV that arrived for it. Its prompt is the call's
+    ids or, when the router left them out, the ids that came with the KV (502 when neither
+    has them; the claim's own 502 when no KV came)."""
+    arrived = await _arrived(rt, call.request_id)
+    prompt = call.token_ids if call.token_ids is not None else arrived.prompt_token_ids
+    if prompt is None:
+        raise InstanceFailedError(
+            f"no prompt ids for {call.request_id}: /decode carried none and none came with its KV"
+        )
+    return call.request(list(prompt)), arrived.slices
 
 
 def cancel_request(rt: InstanceRuntime, request_id: str) -> p.CancelResult:
@@ -336,19 +360,26 @@ def cancel_request(rt: InstanceRuntime, request_id: str) -> p.CancelResult:
     return p.CancelResult(request_id=request_id, cancelled_call=cancelled)
 
 
-async def stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
+async def stream_decode(rt: InstanceRuntime, call: p.DecodeCall) -> AsyncIterator[bytes]:
     """`DecodeChunk`s as JSON lines (`serve.json_lines`), their text decided before it is
-    sent (`serve.instance.stream_text`); cancelled (client gone) -> the engine drops the request."""
-    rt.activity.decode_started(body.router)
+    sent (`serve.instance.stream_text`); cancelled (client gone) -> the engine drops the request.
+    A decode whose KV or prompt did not come is one `error` line with the reason."""
+    rt.activity.decode_started(call.router)
     try:
-        async for line in _stream_decode(rt, body):
+        try:
+            body, slices = await _decode_input(rt, call)
+        except ServeError as err:
+            yield json_line(p.DecodeChunk(error=str(err)))
+            return
+        async for line in _stream_decode(rt, body, slices):
             yield line
     finally:
-        rt.activity.decode_ended(body.router)
+        rt.activity.decode_ended(call.router)
 
 
-async def _stream_decode(rt: InstanceRuntime, body: p.DecodeRequest) -> AsyncIterator[bytes]:
-    slices = [] if rt.claims is None else await _arrived(rt, body.request_id)
+async def _stream_decode(
+    rt: InstanceRuntime, body: p.DecodeRequest, slices: list[KvSlice]
+) -> AsyncIterator[bytes]:
     items = rt.backend.decode(asyncio.get_running_loop(), body, slices)
     ids: list[int] = []
     streamed = StreamedText(body.sampling.stop)
@@ -445,8 +476,8 @@ async def import_prefix(rt: InstanceRuntime, body: p.PrefixImportRequest) -> p.P
     mover = prefix_mover(rt.backend)
     rt.activity.prefill_started()
     try:
-        slices = [] if rt.claims is None else await _arrived(rt, body.move_id)
-        hit = await mover.import_prefix(asyncio.get_running_loop(), body, slices)
+        arrived = await _arrived(rt, body.move_id)
+        hit = await mover.import_prefix(asyncio.get_running_loop(), body, arrived.slices)
     finally:
         rt.activity.prefill_ended()
     return p.PrefixImportResult(move_id=body.move_id, hit_tokens=hit)

@@ -1,7 +1,8 @@
 """One request through the deployment: place, prefill (KV streams to decode), decode, stream.
 
     prompt ids (`prompt_tokens`)  ->  scheduler.route(RouteRequest, registry.view(now))
-        -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer)
+        -> POST prefill instance /prefill   (KV: prefill -> decode over the transfer layer,
+                                             with the prompt's ids: `_prompt_rides_kv`)
         -> POST decode instance /decode     (JSON lines of tokens: serve.json_lines)
                                             -> yielded to the HTTP edge
 
@@ -453,9 +454,10 @@ async def _decode(
     sampling: p.Sampling,
 ) -> AsyncIterator[p.DecodeChunk]:
     decode = rt.registry.instances[decision.decode_instance_id]
-    body = p.DecodeRequest(
+    prefill = rt.registry.instances[decision.prefill_instance_id]
+    body = p.DecodeCall(
         request_id=decision.request_id,
-        token_ids=tokens,
+        token_ids=None if _prompt_rides_kv(prefill, decode) else tokens,
         first_token=prefilled.first_token,
         sampling=sampling,
         first_finish_reason=prefilled.first_finish_reason,
@@ -484,6 +486,15 @@ async def _decode(
         if err.status_code >= 500:
             raise RequestFailed(f"decode on {decode.name}: {err.message}", decode.name) from None
         raise from_response(err.status_code, err.body) from None
+
+
+def _prompt_rides_kv(prefill: LiveInstance, decode: LiveInstance) -> bool:
+    """Whether the prompt's ids reach the decode instance with the KV (the prefill instance
+    sends them in the request's transfer stream, the decode instance takes them from there:
+    both declare `prompt_in_kv_stream`), so `/decode` leaves them out and a long prompt
+    leaves the router once. Else (vLLM, whose engine request needs them) `/decode` has them."""
+    infos = (prefill.info, decode.info)
+    return all(info is not None and info.capabilities.prompt_in_kv_stream for info in infos)
 
 
 def _chunk(line: bytes, decode: LiveInstance, is_started: bool) -> p.DecodeChunk:

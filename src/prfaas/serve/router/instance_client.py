@@ -93,7 +93,7 @@ class InstanceClient(Protocol):
     ) -> p.PrefillResult: ...
 
     def decode(
-        self, url: str, body: p.DecodeRequest, *, timeout_s: float
+        self, url: str, body: p.DecodeCall, *, timeout_s: float
     ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
         """The decode stream's raw bytes (JSON lines: `serve.json_lines`); CallRefused on
         entering when the instance answers another status than 200."""
@@ -210,7 +210,7 @@ class HttpInstanceClient:
 
     @contextlib.asynccontextmanager
     async def decode(
-        self, url: str, body: p.DecodeRequest, *, timeout_s: float
+        self, url: str, body: p.DecodeCall, *, timeout_s: float
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
         content = body.model_dump_json()
