@@ -6,9 +6,19 @@ event loop wakes once per frame rather than once per socket-buffer's worth: a wr
 into a transport buffer), and a large read is one scatter `recvmsg_into(..., MSG_WAITALL)`
 straight into the destination pages; both release the GIL. Small reads (frame headers, ACKs)
 go through a staging buffer, from the event loop without blocking, waiting for readiness in
-the loop's own selector: no thread hand-off (two context switches) per frame header. Writes,
-even small ones, stay on the writer thread: a send must take the socket's lock, which the
-reader thread holds while it copies a payload, and the event loop must not wait for that.
+the loop's own selector: no thread hand-off (two context switches) per frame header. Small
+writes (ACKs, END, the small DATA frames of a short prompt) go out from the event loop too,
+with one non-blocking `sendmsg`, when nothing is queued before them and no payload read holds
+the socket (a send takes the kernel's socket lock, which a reader copying a payload holds, and
+the event loop must not wait for that); whatever the kernel does not take at once, and every
+large write, goes to the writer thread. A hand-off costs two context switches and a wake-up
+of the loop, and a 1K-token prompt of prfaas-1t ships 60 small slices, each ACKed
+(docs/benchmarks.md, "A lighter serving path").
+
+The socket is blocking for the threads, but an event loop may switch it to non-blocking
+behind our back: uvloop (libuv) does so for every fd it watches (`_readable`), and the flag
+belongs to the socket, not to a thread. So a thread call that meets `EAGAIN` waits for
+readiness with `poll` and tries again (`_blocking`) instead of failing the transfer.
 
 Lifecycle: made on a connected socket -> `read_into` / `readv_into` / `write` -> `close`
 (orderly) or `abort` (reset); each direction's `_IoThread` exits with it.
@@ -19,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import select
 import socket
 import threading
 from collections import deque
@@ -40,6 +51,8 @@ DIRECT_READ_BYTES = 64 * 1024
 # a frame header and a few ACKs behind it, too little to pull a payload's head through the
 # staging buffer (a copy the event loop would make while holding the GIL).
 READ_AHEAD_BYTES = 8 * 1024
+# Writes smaller than this are tried from the event loop first (module doc).
+DIRECT_WRITE_BYTES = 64 * 1024
 MAX_QUEUED_WRITES = 1
 ABORT_READ_WAIT_S = 1.0
 # TCP_NOTSENT_LOWAT: a connection's socket holds at most this much not-yet-sent data beyond
@@ -102,6 +115,16 @@ def _retrieve(future: asyncio.Future[int]) -> None:
     """A queued write's error also fails the next write or read; never log it as unretrieved."""
     if not future.cancelled():
         future.exception()
+
+
+def _unsent(views: list[memoryview], sent: int) -> list[memoryview]:
+    """The part of a scatter list past its first `sent` bytes."""
+    rest = list(views)
+    while rest and sent >= len(rest[0]):
+        sent -= len(rest.pop(0))
+    if rest and sent:
+        rest[0] = rest[0][sent:]
+    return rest
 
 
 def _settle(future: asyncio.Future[int], outcome: int | Exception) -> None:
@@ -198,6 +221,13 @@ class SocketStream:
         if self._closed is not None:
             raise ConnectionResetError(f"connection is {self._closed}")
         views = [memoryview(part).cast("B") for part in parts]
+        if self._can_write_now(views):
+            if before_send is not None:
+                before_send()
+            views = _unsent(views, self._send_ready(views))
+            if not views:
+                return
+            before_send = None  # it ran: the rest goes as it is
         written = self._writer.submit(partial(self._send_all, views, before_send))
         written.add_done_callback(_retrieve)
         # Double buffering: return while this write is queued behind the one being sent, so
@@ -205,8 +235,22 @@ class SocketStream:
         self._writes.append(written)
         if len(self._writes) > MAX_QUEUED_WRITES:
             await asyncio.wait([self._writes[0]])  # not `await`: cancelling us must not cancel it
+        self._pop_written()
+
+    def _pop_written(self) -> None:
+        """Forget the writes the thread has finished; a failed one raises here."""
         while self._writes and self._writes[0].done():
-            self._writes.popleft().result()  # a failed write raises here
+            self._writes.popleft().result()
+
+    def _can_write_now(self, views: list[memoryview]) -> bool:
+        """Whether this write may go out from the event loop: small, nothing queued on the
+        writer thread before it (order), and no payload read holding the socket."""
+        self._pop_written()
+        return (
+            not self._writes
+            and not self._read_lock.locked()
+            and sum(len(view) for view in views) < DIRECT_WRITE_BYTES
+        )
 
     def tcp_info(self) -> TcpInfo | None:
         return read_tcp_info(self._sock)
@@ -228,13 +272,24 @@ class SocketStream:
             self._read_lock.release()
 
     # -- run on the I/O threads ---------------------------------------------------------------
+    def _blocking(self, call: Callable[[], int], events: int) -> int:
+        """`call` as on a blocking socket: on `EAGAIN` (an event loop made the socket
+        non-blocking, module doc) wait until `events` are ready, then call again."""
+        while True:
+            try:
+                return call()
+            except BlockingIOError:
+                waiter = select.poll()
+                waiter.register(self._sock, events)
+                waiter.poll()  # an abort's shutdown wakes it (POLLHUP)
+
     def _recv_all(self, views: list[memoryview], digest: Digest | None) -> int:
         """Fill `views` in order (one `recvmsg_into`, MSG_WAITALL, per wake-up), feeding
         `digest` as bytes land; fewer bytes than asked = end of stream (or an abort)."""
         with self._read_lock:
             got = 0
             while views and self._closed != "aborted":
-                n = self._sock.recvmsg_into(views, 0, socket.MSG_WAITALL)[0]
+                n = self._blocking(partial(self._recv_into_views, views), select.POLLIN)
                 if n == 0:
                     break
                 got += n
@@ -250,21 +305,23 @@ class SocketStream:
                         views[0] = head[size:]
             return got
 
+    def _recv_into_views(self, views: list[memoryview]) -> int:
+        return int(self._sock.recvmsg_into(views, 0, socket.MSG_WAITALL)[0])
+
     def _recv_some(self, view: memoryview) -> int:
         """Whatever has arrived (blocking until something has); 0 = end of stream."""
         with self._read_lock:
-            return 0 if self._closed == "aborted" else self._sock.recv_into(view)
+            if self._closed == "aborted":
+                return 0
+            return self._blocking(partial(self._sock.recv_into, view), select.POLLIN)
 
     def _send_all(self, views: list[memoryview], before_send: BeforeSend | None) -> int:
         if before_send is not None:
             before_send()
         total = sum(len(v) for v in views)
         while views:
-            sent = self._sock.sendmsg(views)
-            while views and sent >= len(views[0]):
-                sent -= len(views.pop(0))
-            if views:
-                views[0] = views[0][sent:]
+            sent = self._blocking(partial(self._sock.sendmsg, views), select.POLLOUT)
+            views = _unsent(views, sent)
         return total
 
     def _shutdown(self) -> None:
@@ -278,6 +335,13 @@ class SocketStream:
                 self._sock.close()
 
     # -- run on the event loop ----------------------------------------------------------------
+    def _send_ready(self, views: list[memoryview]) -> int:
+        """What the kernel takes of `views` at once, sent without blocking (0: nothing)."""
+        try:
+            return self._sock.sendmsg(views, [], socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return 0
+
     def _recv_ready(self, view: memoryview) -> int | None:
         """What has already arrived, read without blocking; None when nothing has."""
         try:
