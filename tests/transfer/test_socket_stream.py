@@ -8,10 +8,8 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transfer_helpers import CONFIG, TINY_HYBRID, collect, run, running_pair, synthetic_cache
@@ -126,11 +124,6 @@ def test_the_io_threads_survive_a_socket_made_non_blocking_behind_their_back() -
     run(scenario())
 
 
-def _under_uvloop(test: Callable[[], Any]) -> Any:
-    uvloop = pytest.importorskip("uvloop")
-    return uvloop.run(asyncio.wait_for(test(), 20.0))
-
-
 def test_a_transfer_over_tcp_completes_under_uvloop() -> None:
     """The whole sender -> receiver path under uvloop (which makes watched sockets
     non-blocking): every slice arrives intact, large ones through the I/O threads, whose
@@ -153,4 +146,4 @@ def test_a_transfer_over_tcp_completes_under_uvloop() -> None:
                     assert np.array_equal(np.frombuffer(data, s.array.dtype), s.array.ravel())
                 pair.sink.release(rid)
 
-    _under_uvloop(scenario)
+    run(scenario(), loop="uvloop")

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from transfer_helpers import CONFIG, run, running_pair
+from transfer_helpers import CONFIG, LOOPS, run, running_pair
 
 from prfaas.transfer import RequestId, SliceKey, TcpTransport, TlsConfig
 
@@ -27,7 +27,9 @@ def tls(tmp_path: Path) -> TlsConfig:
     return TlsConfig(str(cert), str(key), str(cert), "decode.test")
 
 
-def test_transfer_over_tls_round_trips(tls: TlsConfig) -> None:
+@pytest.mark.parametrize("loop", LOOPS)
+def test_transfer_over_tls_round_trips(tls: TlsConfig, loop: str) -> None:
+    """On either event loop (uvloop's TLS transport is not an `asyncio.Transport` subclass)."""
     config = replace(CONFIG, tls=tls)
 
     async def scenario() -> None:
@@ -38,4 +40,4 @@ def test_transfer_over_tls_round_trips(tls: TlsConfig) -> None:
             await transfer.finish()
             assert pair.sink.committed(RequestId("tls"))[SliceKey(0, 0, 0, 16)][1] == blob
 
-    run(scenario())
+    run(scenario(), loop=loop)

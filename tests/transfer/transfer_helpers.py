@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import pytest
 
 from prfaas.specs.model import (
     DenseMlp,
@@ -135,12 +136,22 @@ def synthetic_cache(
     return slices
 
 
-def run(coro: Coroutine[Any, Any, T], timeout_s: float = TEST_TIMEOUT_S) -> T:
-    """Run a test coroutine with a hard time bound, so no test can hang."""
+#: The event loops the serving processes may run (uvicorn takes uvloop when it is installed).
+LOOPS = ["asyncio", "uvloop"]
+
+
+def run(
+    coro: Coroutine[Any, Any, T], timeout_s: float = TEST_TIMEOUT_S, loop: str = "asyncio"
+) -> T:
+    """Run a test coroutine with a hard time bound, so no test can hang, on `loop`
+    (skipped where uvloop is not installed)."""
 
     async def bounded() -> T:
         return await asyncio.wait_for(coro, timeout_s)
 
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return cast(T, uvloop.run(bounded()))
     return asyncio.run(bounded())
 
 

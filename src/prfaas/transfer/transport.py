@@ -20,7 +20,7 @@ import asyncio
 import socket
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from prfaas.transfer.config import TlsConfig
 from prfaas.transfer.socket_stream import NOTSENT_LOWAT_BYTES, STAGING_BYTES, SocketStream
@@ -117,9 +117,9 @@ class _TcpStream(asyncio.BufferedProtocol):
 
     # -- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
+        # A stream transport; not always a subclass of `asyncio.Transport` (uvloop's TLS one).
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES)
         peer = transport.get_extra_info("peername")
         self.peer_name = f"{peer[0]}:{peer[1]}" if peer else "?"
         if self._on_made is not None:
