@@ -70,8 +70,13 @@ IDLE_WAIT_S = 0.05
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
-    """Sleep until the loop's clock reads `deadline_s` (at once if it already has)."""
-    await asyncio.sleep(max(0.0, deadline_s - loop.time()))
+    """Sleep until the loop's clock reads `deadline_s`; when it already has, go on without
+    yielding. For a prefill's layers (a bounded number): a layer that is due is handed over
+    now, not a loop turn later, so due layers leave together (their small KV frames in one
+    write). The decode loop yields every step instead (`_decode_step`)."""
+    wait_s = deadline_s - loop.time()
+    if wait_s > 0:
+        await asyncio.sleep(wait_s)
 
 
 def layer_bytes(model: ModelSpec, num_tokens: int, total_bytes: int) -> list[tuple[int, int]]:
@@ -330,7 +335,8 @@ class EmulatedBackend:
         now_s, due_s = loop.time(), self._step_due_s
         start_s = due_s if due_s is not None and now_s - due_s < step_s else now_s
         self._step_due_s = start_s + step_s
-        await _sleep_until(loop, self._step_due_s)
+        # A loop turn every step, even when it is due: a long generation never holds the loop.
+        await asyncio.sleep(max(0.0, self._step_due_s - loop.time()))
         for job in running:
             if job.body.request_id in self._decodes:
                 token = output_token(job.body.token_ids, len(job.generated), self.script)
