@@ -58,13 +58,15 @@ def _count_thread_writes(stream: SocketStream) -> list[int]:
 
 
 def test_a_small_write_leaves_from_the_event_loop_without_a_thread_hand_off() -> None:
-    """An ACK-sized frame is in the peer's socket when `write` returns: no wake-up of the
-    writer thread (two context switches) per small frame; a large write still uses it."""
+    """An ACK-sized frame is in the peer's socket by the end of the loop turn that wrote it:
+    no wake-up of the writer thread (two context switches) per small frame; a large write
+    still uses it."""
 
     async def scenario() -> None:
         async with _pair() as (client, server):
             thread_writes = _count_thread_writes(client)
             await client.write([b"head", b"small payload"])
+            await asyncio.sleep(0)  # the end of this loop turn
             peer = server._sock
             assert peer.recv(64, socket.MSG_DONTWAIT) == b"headsmall payload"
             assert thread_writes == []
@@ -74,6 +76,35 @@ def test_a_small_write_leaves_from_the_event_loop_without_a_thread_hand_off() ->
             await server.read_into(memoryview(out))
             await writing
             assert thread_writes == [len(big)]
+
+    run(scenario())
+
+
+def test_small_writes_of_one_loop_turn_leave_in_one_send() -> None:
+    """The ACKs of every frame read in one turn (and a prefill's due layers) leave in one
+    `sendmsg`, not one each; in order, and the next turn's writes after them."""
+
+    async def scenario() -> None:
+        async with _pair() as (client, server):
+            sends: list[int] = []
+            send_ready = client._send_ready
+
+            def counted(views: list[memoryview]) -> int:
+                sends.append(len(views))
+                return send_ready(views)
+
+            client._send_ready = counted  # type: ignore[method-assign]
+            frames = [bytes([i]) * 40 for i in range(10)]
+            for frame in frames:
+                await client.write([frame[:8], frame[8:]])
+            await asyncio.sleep(0)
+            await client.write([b"next turn"])
+            await asyncio.sleep(0)
+            expected = b"".join(frames) + b"next turn"
+            out = bytearray(len(expected))
+            await server.read_into(memoryview(out))
+            assert bytes(out) == expected
+            assert sends == [20, 1]
 
     run(scenario())
 

@@ -7,13 +7,14 @@ into a transport buffer), and a large read is one scatter `recvmsg_into(..., MSG
 straight into the destination pages; both release the GIL. Small reads (frame headers, ACKs)
 go through a staging buffer, from the event loop without blocking, waiting for readiness in
 the loop's own selector: no thread hand-off (two context switches) per frame header. Small
-writes (ACKs, END, the small DATA frames of a short prompt) go out from the event loop too,
-with one non-blocking `sendmsg`, when nothing is queued before them and no payload read holds
-the socket (a send takes the kernel's socket lock, which a reader copying a payload holds, and
-the event loop must not wait for that); whatever the kernel does not take at once, and every
-large write, goes to the writer thread. A hand-off costs two context switches and a wake-up
-of the loop, and a 1K-token prompt of prfaas-1t ships 60 small slices, each ACKed
-(docs/benchmarks.md, "A lighter serving path").
+writes (ACKs, END, the small DATA frames of a short prompt) go out from the event loop too:
+those made in one loop turn are held and sent together at the end of it, in one
+non-blocking `sendmsg` (`_flush`), when nothing is queued before them and no payload read
+holds the socket (a send takes the kernel's socket lock, which a reader copying a payload
+holds, and the event loop must not wait for that); whatever the kernel does not take at
+once, and every large write, goes to the writer thread, after what is held. A hand-off
+costs two context switches and a wake-up of the loop, and a 1K-token prompt of prfaas-1t
+ships 60 small slices, each ACKed (docs/benchmarks.md, "A lighter serving path").
 
 The socket is blocking for the threads, but an event loop may switch it to non-blocking
 behind our back: uvloop (libuv) does so for every fd it watches (`_readable`), and the flag
@@ -53,6 +54,8 @@ DIRECT_READ_BYTES = 64 * 1024
 READ_AHEAD_BYTES = 8 * 1024
 # Writes smaller than this are tried from the event loop first (module doc).
 DIRECT_WRITE_BYTES = 64 * 1024
+# Small writes held for one `sendmsg` at most (well under the kernel's IOV_MAX of 1024).
+MAX_HELD_PARTS = 256
 MAX_QUEUED_WRITES = 1
 ABORT_READ_WAIT_S = 1.0
 # TCP_NOTSENT_LOWAT: a connection's socket holds at most this much not-yet-sent data beyond
@@ -161,6 +164,10 @@ class SocketStream:
         self._closed: str | None = None
         self._read_lock = threading.Lock()
         self._writes: deque[asyncio.Future[int]] = deque()
+        # Small writes of this loop turn, sent together by `_flush` (module doc).
+        self._held: list[memoryview] = []
+        self._held_bytes = 0
+        self._is_flush_due = False
         self._loop = loop
         # The socket is closed once nothing uses it: the two threads and, while one waits
         # for readiness, the event loop's selector (closing a registered fd would let a new
@@ -224,10 +231,15 @@ class SocketStream:
         if self._can_write_now(views):
             if before_send is not None:
                 before_send()
-            views = _unsent(views, self._send_ready(views))
-            if not views:
-                return
-            before_send = None  # it ran: the rest goes as it is
+            self._held.extend(views)
+            self._held_bytes += sum(len(view) for view in views)
+            if self._held_bytes >= DIRECT_WRITE_BYTES or len(self._held) >= MAX_HELD_PARTS:
+                self._flush()  # a caller that never yields still sends
+            elif not self._is_flush_due:
+                self._is_flush_due = True
+                self._loop.call_soon(self._flush)
+            return
+        self._flush()  # what is held goes first
         written = self._writer.submit(partial(self._send_all, views, before_send))
         written.add_done_callback(_retrieve)
         # Double buffering: return while this write is queued behind the one being sent, so
@@ -236,6 +248,27 @@ class SocketStream:
         if len(self._writes) > MAX_QUEUED_WRITES:
             await asyncio.wait([self._writes[0]])  # not `await`: cancelling us must not cancel it
         self._pop_written()
+
+    def _flush(self) -> None:
+        """Send the small writes held this turn in one non-blocking `sendmsg`; what the
+        kernel does not take (or all of it, while a payload read holds the socket) goes to
+        the writer thread. A failure fails the next write, as a thread's would."""
+        self._is_flush_due = False
+        views, self._held, self._held_bytes = self._held, [], 0
+        if not views or self._closed is not None:
+            return
+        try:
+            is_busy = self._read_lock.locked() or self._writes  # never overtake a thread write
+            sent = 0 if is_busy else self._send_ready(views)
+        except OSError as err:
+            failed: asyncio.Future[int] = self._loop.create_future()
+            failed.set_exception(err)
+            self._writes.append(failed)
+            return
+        if rest := _unsent(views, sent):
+            written = self._writer.submit(partial(self._send_all, rest, None))
+            written.add_done_callback(_retrieve)
+            self._writes.append(written)
 
     def _pop_written(self) -> None:
         """Forget the writes the thread has finished; a failed one raises here."""
@@ -258,6 +291,7 @@ class SocketStream:
     def close(self) -> None:
         """Orderly: writes already queued still go out, then both directions shut down."""
         if self._closed is None:
+            self._flush()
             self._closed = "closed"
             self._writer.stop(final=self._shutdown)
             self._reader.stop()
