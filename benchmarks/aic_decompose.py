@@ -127,11 +127,16 @@ def _their_shapes(
     if splits[0] is None or splits[1] is None:
         return None
     model, chip = base.pd.profile.model, base.pd.profile.chip
+    p_split, d_split = splits
     p_prof, d_prof = (time_instance(model, chip, s, choice).profile for s in splits)
     return replace(
         base,
-        pd=Cluster(p_prof, num_gpus // p_prof.gpus_per_instance, instance_memory(p_prof)),
-        pd_decode=Cluster(d_prof, num_gpus // d_prof.gpus_per_instance, instance_memory(d_prof)),
+        pd=Cluster(
+            p_prof, num_gpus // p_prof.gpus_per_instance, instance_memory(p_prof, p_split.dp)
+        ),
+        pd_decode=Cluster(
+            d_prof, num_gpus // d_prof.gpus_per_instance, instance_memory(d_prof, d_split.dp)
+        ),
         ttft_slo_s=None,
     )
 
