@@ -118,20 +118,26 @@ def _planned(hardware: Hardware, workload: Workload, num_gpus: int) -> tuple[flo
     }
 
 
-def _their_shapes(
-    base: Hardware, row: dict[str, Any], choice: TimingChoice, num_gpus: int
-) -> Hardware | None:
+def _their_shapes(base: Hardware, row: dict[str, Any], choice: TimingChoice) -> Hardware | None:
     """Our hardware in aiconfigurator's chosen shapes (PD-P, PD-D), timed by our source, no
-    TTFT objective; None for a shape we cannot express."""
+    TTFT objective; None for a shape we cannot express. The PD cluster keeps `base`'s GPUs:
+    homogeneous PD is planned on the PrfaaS and PD clusters' GPUs together (`planner.plan`),
+    so the cell's budget is theirs (a PD cluster of the whole budget planned 8 GPUs more)."""
+    num_gpus = base.pd.num_gpus
     splits = _split(row, "p"), _split(row, "d")
     if splits[0] is None or splits[1] is None:
         return None
     model, chip = base.pd.profile.model, base.pd.profile.chip
+    p_split, d_split = splits
     p_prof, d_prof = (time_instance(model, chip, s, choice).profile for s in splits)
     return replace(
         base,
-        pd=Cluster(p_prof, num_gpus // p_prof.gpus_per_instance, instance_memory(p_prof)),
-        pd_decode=Cluster(d_prof, num_gpus // d_prof.gpus_per_instance, instance_memory(d_prof)),
+        pd=Cluster(
+            p_prof, num_gpus // p_prof.gpus_per_instance, instance_memory(p_prof, p_split.dp)
+        ),
+        pd_decode=Cluster(
+            d_prof, num_gpus // d_prof.gpus_per_instance, instance_memory(d_prof, d_split.dp)
+        ),
         ttft_slo_s=None,
     )
 
@@ -158,7 +164,7 @@ def decompose(
         )
         / replica
     )
-    hardware = _their_shapes(base, row, choice, num_gpus)
+    hardware = _their_shapes(base, row, choice)
     if hardware is None:
         return {"values": value, "note": "a shape with pipeline or context parallelism"}
     d_split = _split(row, "d")

@@ -18,6 +18,8 @@ from prfaas.specs.timing import (
     TimingChoice,
     TimingSource,
     default_parallelism,
+    instance_splits,
+    parallelism_choices,
     time_instance,
 )
 
@@ -95,6 +97,40 @@ def test_aic_times_expert_and_attention_data_parallel_splits_apart() -> None:
     splits = [Parallelism(8, 8), Parallelism(8, 1), Parallelism(1, 8, 8)]
     times = {time_instance(spec, chip, p, choice).profile.prefill_s(8192) for p in splits}
     assert len(times) == 3
+
+
+@pytest.mark.parametrize("source", [TimingSource.ROOFLINE, TimingSource.MEASURED])
+@pytest.mark.parametrize("model", ["qwen3-235b", "llama-3.1-70b"])
+def test_gpu_count_sources_offer_the_default_split_only(model: str, source: TimingSource) -> None:
+    # The roofline and the measured points time a GPU count, not a split: they offer one.
+    spec, chip = get_model(model), get_chip("h200")
+    for gpus in (1, 2, 4, 8):
+        offered = parallelism_choices(spec, chip, gpus, TimingChoice(source))
+        assert offered == [default_parallelism(spec, gpus)]
+
+
+@needs_aic
+def test_aic_offers_every_split_it_compiles() -> None:
+    # Every tp x dp attention split times every ep x expert-TP expert split of 8 GPUs: 16 for
+    # an MoE model, aiconfigurator's attention DP with expert TP (tp1 dp8, moe_tp 8) among them.
+    spec, chip = get_model("qwen3.5-397b"), get_chip("h200")
+    offered = parallelism_choices(spec, chip, 8, TimingChoice(TimingSource.AIC))
+    assert offered[0] == default_parallelism(spec, 8)
+    assert sorted(offered) == sorted(instance_splits(spec, 8))
+    assert len(offered) == 16
+    assert Parallelism(tp=1, ep=1, dp=8) in offered  # moe_tp 8: attention DP, expert TP
+    assert Parallelism(tp=1, ep=2, dp=8) in offered  # tp1 dp8 etp4 ep2
+    assert Parallelism(tp=4, ep=1, dp=2) in offered  # tp4 dp2 etp8
+    # A dense model has no experts to split: the attention splits only.
+    dense = get_model("llama-3.1-70b")
+    assert len(parallelism_choices(dense, chip, 8, TimingChoice(TimingSource.AIC))) == 4
+
+
+@needs_aic
+def test_aic_offers_only_the_default_where_it_cannot_time() -> None:
+    # No H20 data: every split falls back to the roofline, which cannot tell splits apart.
+    spec, choice = get_model("qwen3-235b"), TimingChoice(TimingSource.AIC)
+    assert parallelism_choices(spec, get_chip("h20"), 8, choice) == [default_parallelism(spec, 8)]
 
 
 @needs_aic

@@ -2,12 +2,14 @@
 Lambda_max, under the scenario's timing source and within the memory model.
 
 A shape is the GPUs per instance (1, 2, 4 or 8, whole instances of the cluster's GPUs) and the
-split among tensor, expert and attention-data parallelism that the timing source can tell
-apart (`specs.timing.parallelism_choices`: a GPU count for the roofline and measured points;
-TP, EP and attention DP for MoE models under aiconfigurator). A shape whose weights and
-activations do not fit its GPUs (`specs.memory`) is not a candidate, except the scenario's own
-shape, which is always one: so the search never returns a plan worse than the scenario's fixed
-instances under the same source (the property `tests/planner/test_parallel.py` checks).
+split among tensor, attention-data and expert (tensor or expert) parallelism that the timing
+source can time (`specs.timing.parallelism_choices`: the source is asked; a GPU count alone
+for the roofline and measured points, every split it compiles under aiconfigurator, up to 16
+per 8 GPUs for an MoE model). A shape whose weights and activations do not fit its GPUs
+(`specs.memory`, attention-DP ranks each holding their copy) is not a candidate, except the
+scenario's own shape, which is always one: so the search never returns a plan worse than the
+scenario's fixed instances under the same source (the property `tests/planner/test_parallel.py`
+checks).
 
 Roles (the issue's "per role: PrfaaS prefill, PD-P, PD-D"): the PrfaaS cluster's prefill
 instances take one shape; the PD cluster's GPUs are split between PD-P instances of one shape
@@ -16,9 +18,24 @@ decode. The consequence: the slow loop flips PD instances between the two roles
 (docs/serving.md), which only instances of one shape can do, so a plan with two PD shapes is
 one without role flips (`prfaas plan` says so, and the deployment file it writes turns them
 off). The shared-shape pairs are planned first and a later pair must be strictly better, so a
-plan with one PD shape wins a tie, and `per_role_pd=False` keeps to it. Every (PrfaaS shape,
-PD-P shape, PD-D shape) triple is planned by `planner.plan` on one `StageModel` each; profiles
-are built once per shape, so a source that memoises (aiconfigurator) times each length once.
+plan with one PD shape wins a tie, and `per_role_pd=False` keeps to it.
+
+Pruning per role, before the pairs are planned (`_undominated`): a shape is dropped for a role
+when another shape with the same GPUs per instance is at least as good for that role on
+everything the planner reads of it, so the plan on the other is at least as good:
+
+    prefill (PrfaaS, PD-P)  T_prefill(l) at every length the planner evaluates (the threshold
+                            grid's means and the histogram's bins): rate per GPU and TTFT both
+    decode (PD-D)           requests/s per instance at BS_max (Eq. 5) under the TPOT SLO and
+                            the memory bound (a shape that misses the SLO at batch 1 rates 0)
+    one PD shape for both   both of the above
+
+Equal shapes keep the earlier. Under a TTFT objective the queueing derate also reads the
+spread (C_s^2) of the prefill times, which a pointwise faster shape may raise: the pruning is
+exact without the objective and a heuristic with it; the scenario's own shape is never pruned,
+so the never-worse property holds either way. Every (PrfaaS shape, PD-P shape, PD-D shape)
+triple left is planned by `planner.plan` on one `StageModel` each; profiles are built once per
+shape, so a source that memoises (aiconfigurator) times each length once.
 Callers: `prfaas plan --search-parallelism` and benchmarks/aic_side_by_side.py.
 """
 
@@ -26,12 +43,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from prfaas.planner.errors import InfeasiblePlanError
-from prfaas.planner.model import Cluster, Hardware
+from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
 from prfaas.planner.plan import DEPLOYMENTS, PlanReport, plan
 from prfaas.specs.memory import instance_memory
 from prfaas.specs.timing import TimingChoice, parallelism_choices, time_instance
+from prfaas.workload.lengths import FloatArray
 from prfaas.workload.workload import Workload
 
 #: GPUs per instance the search tries (an NVLink domain of the chips in the catalog).
@@ -57,11 +77,11 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
     for gpus in GPUS_PER_INSTANCE:
         if total % gpus:
             continue
-        for parallelism in parallelism_choices(model, gpus, choice.source):
+        for parallelism in parallelism_choices(model, chip, gpus, choice):
             timed = time_instance(model, chip, parallelism, choice)
             if timed.profile.source == profile.source and gpus == profile.gpus_per_instance:
                 continue  # the cluster's own shape, already the first candidate
-            memory = instance_memory(timed.profile)
+            memory = instance_memory(timed.profile, parallelism.dp)
             if memory.shortfall_bytes > 0:
                 continue
             shapes.append(Cluster(timed.profile, total // gpus, memory))
@@ -70,13 +90,84 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
     return shapes, list(dict.fromkeys(notes))
 
 
-def _pd_pairs(shapes: list[Cluster], per_role_pd: bool) -> list[tuple[Cluster, Cluster | None]]:
-    """(PD-P shape, PD-D shape or None for the same): the shared shapes first, then, with
-    `per_role_pd`, every pair of two different shapes."""
-    pairs: list[tuple[Cluster, Cluster | None]] = [(shape, None) for shape in shapes]
-    if per_role_pd:
-        pairs += [(p, d) for i, p in enumerate(shapes) for j, d in enumerate(shapes) if i != j]
-    return pairs
+def _prefill_costs(shapes: list[Cluster], workload: Workload, step_tokens: int) -> FloatArray:
+    """T_prefill of each shape (rows) at every length the planner evaluates (columns)."""
+    histogram = workload.uncached_input.histogram(step_tokens)
+    split = histogram.split()
+    lengths = np.concatenate(
+        [histogram.mean_tokens, split.long_mean_tokens, split.short_mean_tokens]
+    )
+    tokens = sorted({max(1, round(float(x))) for x in lengths[np.isfinite(lengths)]})
+    return np.array([[c.profile.prefill_s(n) for n in tokens] for c in shapes]).reshape(
+        len(shapes), len(tokens)
+    )
+
+
+def _decode_costs(shapes: list[Cluster], hardware: Hardware, workload: Workload) -> FloatArray:
+    """Minus each shape's PD-D requests/s per instance (Eq. 5; 0 where it misses the SLO)."""
+    rates = []
+    for cluster in shapes:
+        try:
+            capacity = decode_capacity(
+                cluster.profile,
+                hardware.decode_slo_tokens_per_s,
+                workload.mean_decode_context_tokens,
+                workload.mean_input_tokens + workload.mean_output_tokens,
+                None if cluster.memory is None else cluster.memory.kv_capacity_bytes,
+            )
+        except InfeasiblePlanError:
+            rates.append(0.0)
+            continue
+        rates.append(capacity.rate_per_instance(workload.mean_output_tokens))
+    return -np.array(rates).reshape(len(shapes), 1)
+
+
+def _undominated(shapes: list[Cluster], costs: FloatArray) -> list[Cluster]:
+    """The shapes no other shape of the same GPUs per instance dominates (costs no higher in
+    any column; lower in one, or equal and earlier). The first shape, the scenario's own, is
+    always kept. Dominance is transitive, so a dropped shape always has a kept dominator."""
+
+    def dominated(j: int) -> bool:
+        gpus = shapes[j].profile.gpus_per_instance
+        for i, other in enumerate(shapes):
+            if i == j or other.profile.gpus_per_instance != gpus:
+                continue
+            if np.all(costs[i] <= costs[j]) and (i < j or np.any(costs[i] < costs[j])):
+                return True
+        return False
+
+    return [shape for j, shape in enumerate(shapes) if j == 0 or not dominated(j)]
+
+
+@dataclass(frozen=True, slots=True)
+class _RoleShapes:
+    """The PD cluster's candidates per role after pruning: PD-P, PD-D, and one shape for both."""
+
+    prefill: list[Cluster]
+    decode: list[Cluster]
+    shared: list[Cluster]
+
+    def pairs(self, per_role_pd: bool) -> list[tuple[Cluster, Cluster | None]]:
+        """(PD-P shape, PD-D shape or None for the same): the shared shapes first, then, with
+        `per_role_pd`, every pair of two different shapes."""
+        pairs: list[tuple[Cluster, Cluster | None]] = [(shape, None) for shape in self.shared]
+        if per_role_pd:
+            pairs += [(p, d) for p in self.prefill for d in self.decode if p is not d]
+        return pairs
+
+
+def _pd_roles(
+    shapes: list[Cluster], hardware: Hardware, workload: Workload, step_tokens: int
+) -> _RoleShapes:
+    prefill, decode = (
+        _prefill_costs(shapes, workload, step_tokens),
+        _decode_costs(shapes, hardware, workload),
+    )
+    return _RoleShapes(
+        prefill=_undominated(shapes, prefill),
+        decode=_undominated(shapes, decode),
+        shared=_undominated(shapes, np.hstack([prefill, decode])),
+    )
 
 
 def search_parallelism(
@@ -99,11 +190,15 @@ def search_parallelism(
         if deployment == "homogeneous_pd"
         else cluster_shapes(hardware.prfaas, choice)
     )
+    prfaas_shapes = _undominated(
+        prfaas_shapes, _prefill_costs(prfaas_shapes, workload, step_tokens)
+    )
     pd_shapes, pd_notes = cluster_shapes(hardware.pd, choice)
+    roles = _pd_roles(pd_shapes, hardware, workload, step_tokens)
     best: tuple[float, PlanReport, Hardware] | None = None
     planned = 0
     for prfaas in prfaas_shapes:
-        for pd, pd_decode in _pd_pairs(pd_shapes, per_role_pd):
+        for pd, pd_decode in roles.pairs(per_role_pd):
             candidate = replace(hardware, prfaas=prfaas, pd=pd, pd_decode=pd_decode)
             try:
                 report = plan(candidate, workload, step_tokens)

@@ -16,6 +16,16 @@ bf16. Worked example, a Llama-3.1-70B-like dense model on 8 x H200: usable 0.9 x
 1,015 GB, weights 141 GB, activations 8,192 x (4 x 8,192 + 2 x 28,672) x 2 B = 1.5 GB, so the
 KV capacity is 873 GB, 2,663 requests of 1K tokens (327,680 B per token).
 
+With attention data parallelism over `dp` ranks (`specs.timing.Parallelism`), each rank holds
+its own copy of everything but the routed experts (attention, embeddings, dense and shared
+MLPs: the expert MLPs alone are split over the whole instance) and runs its own forward pass:
+
+    weights      = expert weights + dp * the rest
+    activations  = dp * the workspace above
+
+so a dense model's DP ranks cost what dp instances of tp GPUs cost (aiconfigurator times them
+as such), and an attention-DP split cannot slip weights past the memory model.
+
 When the weights do not fit (`shortfall_bytes` > 0), no KV capacity is defined: the planner
 warns, naming the shortfall, and bounds the decode batch by the latency objective alone. The
 paper's case study is such a case (1T parameters in fp8 on 8 x H20: 1,018 GB on 768 GB), and it
@@ -26,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prfaas.specs.model import ModelSpec
+from prfaas.specs.model import ModelSpec, MoeMlp
 from prfaas.specs.perf import PerfProfile
 
 #: Share of HBM the serving engine may use (vLLM's gpu_memory_utilization default).
@@ -81,12 +91,22 @@ class InstanceMemory:
         )
 
 
-def instance_memory(profile: PerfProfile) -> InstanceMemory:
-    """The memory model of one instance of `profile` (its model on its chips)."""
-    chip, gpus = profile.chip, profile.gpus_per_instance
+def expert_weight_bytes(model: ModelSpec) -> int:
+    """Bytes of the MoE layers' weights, which attention-DP ranks share rather than copy (their
+    router and shared experts are counted here too: a few percent of a layer)."""
+    h = model.hidden_size
+    params = sum(mlp.params(h) for mlp in model.mlps if isinstance(mlp, MoeMlp))
+    return params * model.weight_dtype_bytes
+
+
+def instance_memory(profile: PerfProfile, attention_dp_ranks: int = 1) -> InstanceMemory:
+    """The memory model of one instance of `profile` (its model on its chips), its attention
+    split over `attention_dp_ranks` data-parallel ranks (module docstring)."""
+    chip, gpus, model = profile.chip, profile.gpus_per_instance, profile.model
+    experts = expert_weight_bytes(model)
     return InstanceMemory(
         usable_bytes=MEMORY_FRACTION * gpus * chip.hbm_bytes,
-        weight_bytes=float(profile.model.weight_bytes()),
-        activation_bytes=float(activation_bytes(profile.model)),
+        weight_bytes=float(experts + attention_dp_ranks * (model.weight_bytes() - experts)),
+        activation_bytes=float(attention_dp_ranks * activation_bytes(model)),
         where=f"{gpus} x {chip.name}",
     )

@@ -35,6 +35,13 @@ class TimingSource(StrEnum):
     MEASURED = "measured"
     AIC = "aic"
 
+    @property
+    def times_splits(self) -> bool:
+        """Whether the source times how an instance's GPUs are split, not only how many there
+        are: the roofline and the measured points are functions of the GPU count (their
+        profiles take no split), aiconfigurator's kernel data of the whole split."""
+        return self is TimingSource.AIC
+
 
 class AicEngine(StrEnum):
     """The serving engines aiconfigurator has kernel data for (its backend names)."""
@@ -89,17 +96,49 @@ def default_parallelism(model: ModelSpec, gpus_per_instance: int) -> Parallelism
     return Parallelism(tp=gpus_per_instance, ep=gpus_per_instance if is_moe else 1)
 
 
-def parallelism_choices(
-    model: ModelSpec, gpus_per_instance: int, source: TimingSource
-) -> list[Parallelism]:
-    """The splits of `gpus_per_instance` GPUs the source can tell apart: the roofline and the
-    measured points time a GPU count only; aiconfigurator also times TP versus EP versus
-    attention DP for MoE models (communication and per-GPU kernel shapes differ)."""
-    default = default_parallelism(model, gpus_per_instance)
-    if source is not TimingSource.AIC or default.ep == 1 or gpus_per_instance == 1:
-        return [default]
+def _divisors(num_gpus: int) -> list[int]:
+    return [d for d in range(1, num_gpus + 1) if num_gpus % d == 0]
+
+
+def instance_splits(model: ModelSpec, gpus_per_instance: int) -> list[Parallelism]:
+    """Every split of `gpus_per_instance` GPUs: attention over tp x dp = all of them, and for
+    an MoE model the experts over ep x moe_tp = all of them (a dense model has no experts to
+    split: ep = 1). 8 GPUs: 4 attention splits, times 4 expert splits for MoE."""
+    is_moe = any(isinstance(mlp, MoeMlp) for mlp in model.mlps)
     g = gpus_per_instance
-    return [default, Parallelism(tp=g, ep=1), Parallelism(tp=1, ep=g, dp=g)]
+    return [
+        Parallelism(tp=g // dp, ep=ep, dp=dp)
+        for dp in _divisors(g)
+        for ep in (_divisors(g) if is_moe else [1])
+    ]
+
+
+def _source_times(
+    model: ModelSpec, chip: ChipSpec, split: Parallelism, choice: TimingChoice
+) -> bool:
+    """Whether the source itself times `split` (no fallback): asked of aiconfigurator, which
+    compiles the split or refuses it."""
+    if not choice.source.times_splits:
+        return False
+    from prfaas.specs.aic import aic_profile
+
+    return not isinstance(aic_profile(model, chip, split, str(choice.engine)), str)
+
+
+def parallelism_choices(
+    model: ModelSpec, chip: ChipSpec, gpus_per_instance: int, choice: TimingChoice
+) -> list[Parallelism]:
+    """The splits of `gpus_per_instance` GPUs the chosen source can tell apart, the default
+    split first (always offered; `time_instance` says when it falls back). A source that times
+    a GPU count only (`TimingSource.times_splits`) offers the default alone; aiconfigurator
+    offers every split of `instance_splits` it compiles for this model, chip and engine."""
+    default = default_parallelism(model, gpus_per_instance)
+    others = [
+        split
+        for split in instance_splits(model, gpus_per_instance)
+        if split != default and _source_times(model, chip, split, choice)
+    ]
+    return [default, *others]
 
 
 @dataclass(frozen=True, slots=True)
