@@ -21,6 +21,7 @@ from prfaas.serve import protocol as p
 from prfaas.serve.backends.event_log import EventLog
 from prfaas.serve.config.deployment import Deployment, InstanceRole, InstanceSpec
 from prfaas.serve.router.instance_client import HttpInstanceClient
+from prfaas.serve.router.metrics import RouterMetrics
 from prfaas.serve.router.registry import Registry
 
 NAME = "pdd-0"
@@ -109,6 +110,8 @@ def test_a_late_replica_resyncs_and_its_polls_go_on() -> None:
     assert seen == [{3}, {3, 4}]  # block 1's store was lost: a hit missed, never a false one
     assert live.num_waiting == 3 and live.next_seq == 5
     assert live.resyncs == 1 and live.is_partial
+    exported = RouterMetrics().render(registry, threshold_tokens=0).decode()
+    assert f'prfaas:instance_cache_resyncs{{instance="{NAME}"}} 1.0' in exported
 
 
 def test_a_replica_that_misses_a_removal_forgets_the_block() -> None:

@@ -24,6 +24,7 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:instance_draining{instance}             gauge    1 while draining for a flip
     prfaas:instance_healthy{instance}              gauge    1 while registered and answering
     prfaas:instance_restarts{instance}             gauge    restarts seen (new boot_id)
+    prfaas:instance_cache_resyncs{instance}        gauge    this replica's index resynced
     prfaas:role_flips_total{instance,to_role,status}  counter  done / abandoned flips
     prfaas:rebalance_actions_total{action,reason}  counter  slow-loop actions
     prfaas:slow_loop_lease_held / _epoch / _changes_total{change}   the lease
@@ -161,6 +162,12 @@ class RouterMetrics:
         self.restarts = Gauge(
             "prfaas:instance_restarts", "Restarts seen (new boot_id).", ["instance"], registry=r
         )
+        self.cache_resyncs = Gauge(
+            "prfaas:instance_cache_resyncs",
+            "Times this replica lost the instance's cache events and resynced its index.",
+            ["instance"],
+            registry=r,
+        )
         self.role_flips = Counter(
             "prfaas:role_flips",
             "PD role flips.",
@@ -224,6 +231,7 @@ class RouterMetrics:
             self.draining.labels(inst.name).set(int(inst.is_draining))
             self.healthy.labels(inst.name).set(int(inst.is_healthy))
             self.restarts.labels(inst.name).set(inst.restarts)
+            self.cache_resyncs.labels(inst.name).set(inst.resyncs)
             for role in InstanceRole:
                 self.role.labels(inst.name, role.value).set(int(inst.role is role))
         return generate_latest(self.registry)
