@@ -104,7 +104,10 @@ def _runtime(decode_body: bytes, cut_every: int) -> RouterRuntime:
 
 def _decoded(rt: RouterRuntime) -> list[p.DecodeChunk]:
     names = list(rt.registry.instances)
-    decision = cast(RouteDecision, SimpleNamespace(decode_instance_id=names[-1], request_id="r"))
+    decision = cast(
+        RouteDecision,
+        SimpleNamespace(prefill_instance_id=names[0], decode_instance_id=names[-1], request_id="r"),
+    )
     prefilled = p.PrefillResult(
         request_id="r",
         first_token=1,
