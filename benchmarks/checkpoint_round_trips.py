@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from counting_proxy import CountingProxy, round_trips
+from counting_proxy import CountingProxy, measured
 from load_client import Target, completion_body, filler, prompt
 from provenance import emit, git_sha, host
 from router_stacks import Processes, free_port
@@ -118,12 +118,7 @@ async def count(work: Path, lengths: list[int]) -> dict[str, Any]:
                 SERVED_NAME, prompt(num_tokens, 2 * index + 1, text), OUTPUT_TOKENS
             )
             outcome = await target.complete(body)
-            if not outcome.is_ok or outcome.first_token_at_s is None or outcome.ttft_s is None:
-                rows[str(num_tokens)] = {"error": outcome.error}
-                continue
-            calls = [c for proxy in proxies for c in proxy.calls]
-            sent_s = outcome.first_token_at_s - outcome.ttft_s
-            rows[str(num_tokens)] = round_trips(calls, sent_s, outcome.first_token_at_s)
+            rows[str(num_tokens)] = measured(proxies, outcome)
         target.close()
         for proxy in proxies:
             await proxy.stop()

@@ -20,9 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from http1 import Head, ProtocolError, chunk, iter_body, read_head
+
+if TYPE_CHECKING:
+    from load_client import Outcome
 
 
 @dataclass
@@ -151,3 +156,13 @@ def round_trips(calls: list[Call], sent_at_s: float, first_token_at_s: float) ->
             for c in before
         ],
     }
+
+
+def measured(proxies: Sequence[CountingProxy], outcome: Outcome) -> dict[str, object]:
+    """One measured request's calls before its first token (`round_trips` over every proxy's
+    calls), or its error when it failed."""
+    if not outcome.is_ok or outcome.first_token_at_s is None or outcome.ttft_s is None:
+        return {"error": outcome.error}
+    calls = [c for proxy in proxies for c in proxy.calls]
+    sent_s = outcome.first_token_at_s - outcome.ttft_s
+    return round_trips(calls, sent_s, outcome.first_token_at_s)

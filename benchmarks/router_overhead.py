@@ -58,7 +58,7 @@ from typing import Any
 
 import httpx
 
-from counting_proxy import Call, CountingProxy, round_trips
+from counting_proxy import CountingProxy, measured
 from load_client import (
     Outcome,
     Target,
@@ -229,12 +229,7 @@ async def _count_path(
         for num_tokens in s.count_tokens:
             await target.complete(prompts.body(num_tokens))
             outcome = await target.complete(prompts.body(num_tokens))
-            if not outcome.is_ok or outcome.first_token_at_s is None or outcome.ttft_s is None:
-                rows[str(num_tokens)] = {"error": outcome.error}
-                continue
-            calls: list[Call] = [c for p in proxies for c in p.calls]
-            sent_s = outcome.first_token_at_s - outcome.ttft_s
-            rows[str(num_tokens)] = round_trips(calls, sent_s, outcome.first_token_at_s)
+            rows[str(num_tokens)] = measured(proxies, outcome)
         target.close()
         for proxy in proxies:
             await proxy.stop()
