@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from prfaas.serve import protocol as p
@@ -153,3 +156,33 @@ def fake_info(name: str, role: str = "pd-decode", boot_id: str = "b") -> p.Insta
             block_tokens=16, model_fingerprint="f", seed=0, algorithm="a", group_kinds=[]
         ),
     )
+
+
+def wait_healthy(
+    url: str, children: Sequence[subprocess.Popen[bytes]], timeout_s: float = 180
+) -> None:
+    """Until `url`'s `/health` says ok, for processes a test started itself; a child that
+    exits first (with its stderr, when piped) or the deadline fails the test."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in children:
+            if child.poll() is not None:
+                err = child.stderr.read()[-2000:] if child.stderr is not None else b""
+                raise AssertionError(f"{child.args} exited: {err!r}")
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            if httpx.get(url + "/health", timeout=2).json().get("status") == "ok":
+                return
+        time.sleep(0.25)
+    raise AssertionError(f"{url} was not healthy within {timeout_s:.0f} s")
+
+
+def stop_all(children: Sequence[subprocess.Popen[bytes]], timeout_s: float = 30) -> None:
+    """Terminate every child at once, then reap each (killed past `timeout_s`)."""
+    for child in children:
+        child.terminate()
+    for child in children:
+        try:
+            child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()

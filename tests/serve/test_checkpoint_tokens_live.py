@@ -17,13 +17,12 @@ import re
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import recording_relay
+from serve_helpers import recording_relay, stop_all, wait_healthy
 
 from prfaas.engine.models import build_preset
 from prfaas.integrations.vllm.tiny import save_byte_tokenizer
@@ -85,7 +84,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     children = [_start([*instance, n], env) for n in NAMES]
     try:
         for name in NAMES:  # up before its relay: a relay connects to it on every accept
-            _wait_healthy(f"http://127.0.0.1:{http[name]}", children)
+            wait_healthy(f"http://127.0.0.1:{http[name]}", children, START_TIMEOUT_S)
         with contextlib.ExitStack() as stack:
             relays = [stack.enter_context(recording_relay(("127.0.0.1", http[n]))) for n in NAMES]
             routed = work / "router.yaml"
@@ -94,35 +93,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             router = [sys.executable, "-m", "prfaas", "router", str(routed), "--quiet"]
             children.append(_start(router, env))
             url = f"http://127.0.0.1:{router_port}"
-            _wait_healthy(url, children)
+            wait_healthy(url, children, START_TIMEOUT_S)
             yield url, own, [seen for _, seen in relays]
     finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        stop_all(children, timeout_s=20)
 
 
 def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _wait_healthy(url: str, children: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        for child in children:
-            if child.poll() is not None:
-                assert child.stderr is not None
-                raise AssertionError(f"{child.args} exited: {child.stderr.read()[-2000:]!r}")
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            if httpx.get(url + "/health", timeout=2).json().get("status") == "ok":
-                return
-        time.sleep(0.5)
-    raise AssertionError("the deployment was not healthy in time")
 
 
 def test_a_completion_makes_no_tokenize_call(served: tuple[str, Path, list[bytearray]]) -> None:

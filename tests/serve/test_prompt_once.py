@@ -29,7 +29,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from serve_helpers import emulated_deployment, recording_relay
+from serve_helpers import emulated_deployment, recording_relay, stop_all, wait_healthy
 
 from prfaas.serve import protocol as p
 from prfaas.serve.auth.control import ControlSigner
@@ -99,30 +99,12 @@ def relayed(plan: Deployment, name: str) -> Iterator[Relayed]:
                 children.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL))
             children.append(subprocess.Popen([*base, "router", str(theirs)], env=env))
             url = f"http://{plan.router.host}:{plan.router.port}"
-            _wait_healthy(url, children)
+            wait_healthy(url, children, START_TIMEOUT_S)
             yield Relayed(plan, url, seen, signer)
         finally:
-            for child in children:
-                child.terminate()
-            for child in children:
-                try:
-                    child.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
+            stop_all(children, timeout_s=30)
             for sock in held:
                 sock.close()
-
-
-def _wait_healthy(url: str, children: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        assert all(child.poll() is None for child in children), "a process exited"
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            if httpx.get(url + "/health", timeout=1.0).json().get("status") == "ok":
-                return
-        time.sleep(0.25)
-    raise AssertionError(f"the deployment was not healthy within {START_TIMEOUT_S:.0f} s")
 
 
 def _wait_router_applied(run: Relayed, name: str) -> None:
