@@ -3,10 +3,6 @@ there with the tokens it gave when computed, and cleared by a cold restart (as d
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,20 +55,6 @@ def test_the_disk_tier_clears_only_its_own_files_at_start(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     with pytest.raises(CacheMisuseError):
         first.get(key)
-
-
-@pytest.fixture
-def full_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 KiB tmpfs: a real file system whose writes fail with ENOSPC past its size."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    where = tmp_path / "full"
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_a_full_disk_loses_the_evicted_prefix_not_the_requests(full_disk: Path) -> None:

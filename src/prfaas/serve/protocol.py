@@ -208,6 +208,16 @@ class ResourcesBody(_Body):
     running_calls: int = 0
 
 
+class DiskTierBody(_Body):
+    """An instance's disk tier since it started (`kvcache.TierCounters`): bytes its pool
+    demoted to disk and promoted back, and the demoted units the disk could not store (lost,
+    as without a tier: a full or failing disk shows here, not as failed requests)."""
+
+    demoted_bytes: int = 0
+    promoted_bytes: int = 0
+    failed_demotions: int = 0
+
+
 class RouterLoadBody(_Body):
     """What one router replica has running on an instance: the prefill seconds of its prefill
     calls in progress (as that router estimated them) and its decode calls in progress."""
@@ -236,6 +246,7 @@ class InstanceState(_Body):
     active_prefills: int = 0
     active_decodes: int = 0
     resources: ResourcesBody = ResourcesBody()
+    disk_tier: DiskTierBody | None = None  # None: no disk tier of ours
     link_up: bool | None = None
     lease: LeaseAnswer | None = None
     draining: bool = False

@@ -171,6 +171,7 @@ class EmulatedBackend:
         self.num_running = 0
         self.free_pages = self.pool.pool.num_free_pages
         self.held_pages = 0
+        self.disk_tier = self.pool.tier_counters if self.disk.tier is not None else None
         self._prefills: asyncio.Queue[_Prefill] | None = None
         self._prefill_ids: set[str] = set()  # queued or running; `cancel` takes one out
         self._decodes: dict[str, _Decode] = {}

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal, Protocol, cast
 
-from prfaas.kvcache import CacheIdentity, KvSlice
+from prfaas.kvcache import CacheIdentity, KvSlice, TierCounters
 from prfaas.serve import protocol as p
 from prfaas.serve.backends.event_log import SeqEvent
 from prfaas.serve.config.deployment import Backend, Deployment, InstanceSpec
@@ -154,6 +154,8 @@ class InstanceBackend(Protocol):
     num_running: int
     free_pages: int
     held_pages: int  # pool pages referenced by requests (0 when idle; not the cached ones)
+    # its pool's disk-tier counters, updated in place (None: no disk tier, or not ours: vLLM)
+    disk_tier: TierCounters | None
 
     def start(self) -> None: ...
 

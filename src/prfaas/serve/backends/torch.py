@@ -117,6 +117,8 @@ class EngineWorker:
         self.num_running = 0
         self.free_pages = 0
         self.held_pages = 0
+        has_tier = engine.paged.config.lower_tier is not None
+        self.disk_tier = engine.paged.pool.tier_counters if has_tier else None
         self._queued_exports: set[str] = set()  # under `_lock`; `cancel` takes one out
 
     def start(self) -> None:

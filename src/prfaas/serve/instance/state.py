@@ -69,6 +69,7 @@ def instance_state(rt: InstanceRuntime, since: int) -> p.InstanceState:
             for link in _link_signals(rt)
         ],
         resources=resources(rt),
+        disk_tier=_disk_tier(rt),
         lease=rt.lease.answer(rt.lease.clock()),
         draining=rt.lease.is_draining(rt.lease.clock()),
         load_by_router={r: load.model_copy() for r, load in rt.activity.by_router.items()},
@@ -86,6 +87,17 @@ def resources(rt: InstanceRuntime) -> p.ResourcesBody:
         incoming_transfers=kv.receiver.num_active_requests if kv is not None else 0,
         outgoing_transfers=sum(s.num_active_transfers for s in kv.senders) if kv else 0,
         running_calls=len(rt.calls),
+    )
+
+
+def _disk_tier(rt: InstanceRuntime) -> p.DiskTierBody | None:
+    counters = rt.backend.disk_tier
+    if counters is None:
+        return None
+    return p.DiskTierBody(
+        demoted_bytes=counters.demoted_bytes,
+        promoted_bytes=counters.promoted_bytes,
+        failed_demotions=counters.failed_demotions,
     )
 
 

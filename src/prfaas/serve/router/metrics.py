@@ -25,6 +25,8 @@ One `CollectorRegistry` per router (no global default registry, so tests can run
     prfaas:instance_healthy{instance}              gauge    1 while registered and answering
     prfaas:instance_restarts{instance}             gauge    restarts seen (new boot_id)
     prfaas:instance_cache_resyncs{instance}        gauge    this replica's index resynced
+    prfaas:instance_disk_tier_bytes{instance,direction}  gauge  demoted / promoted since start
+    prfaas:instance_failed_demotions{instance}     gauge    demoted units the disk refused
     prfaas:role_flips_total{instance,to_role,status}  counter  done / abandoned flips
     prfaas:rebalance_actions_total{action,reason}  counter  slow-loop actions
     prfaas:slow_loop_lease_held / _epoch / _changes_total{change}   the lease
@@ -168,6 +170,18 @@ class RouterMetrics:
             ["instance"],
             registry=r,
         )
+        self.disk_tier_bytes = Gauge(
+            "prfaas:instance_disk_tier_bytes",
+            "Bytes the instance's pool demoted to its disk tier and promoted back, since start.",
+            ["instance", "direction"],
+            registry=r,
+        )
+        self.failed_demotions = Gauge(
+            "prfaas:instance_failed_demotions",
+            "Demoted units the disk tier could not store (lost, as without a tier).",
+            ["instance"],
+            registry=r,
+        )
         self.role_flips = Counter(
             "prfaas:role_flips",
             "PD role flips.",
@@ -232,6 +246,11 @@ class RouterMetrics:
             self.healthy.labels(inst.name).set(int(inst.is_healthy))
             self.restarts.labels(inst.name).set(inst.restarts)
             self.cache_resyncs.labels(inst.name).set(inst.resyncs)
+            if inst.disk_tier is not None:
+                tier = inst.disk_tier
+                self.disk_tier_bytes.labels(inst.name, "demoted").set(tier.demoted_bytes)
+                self.disk_tier_bytes.labels(inst.name, "promoted").set(tier.promoted_bytes)
+                self.failed_demotions.labels(inst.name).set(tier.failed_demotions)
             for role in InstanceRole:
                 self.role.labels(inst.name, role.value).set(int(inst.role is role))
         return generate_latest(self.registry)

@@ -108,6 +108,7 @@ class LiveInstance:
     role_epoch: int = 0  # bumped by every flip: a poll that started before it keeps our role
     restarts: int = 0  # boot_id changes seen: the instance process was restarted
     resyncs: int = 0  # times its cache entries were forgotten (`Registry.resync`)
+    disk_tier: p.DiskTierBody | None = None  # its disk tier's counters, as last polled
     is_partial: bool = False  # the index missed some of its events since it registered
     has_receive_room: bool = True  # its KV receive buffer had a free page at the last poll
     breaker: FailureBreaker = field(default_factory=FailureBreaker)
@@ -202,6 +203,7 @@ class Registry:
         inst.has_receive_room = buffer.receive_pages == 0 or buffer.receive_pages_free > 0
         inst.is_link_up = state.link_up is not False
         inst.is_reported_draining = state.draining
+        inst.disk_tier = state.disk_tier
         if state.role is not None and epoch == inst.role_epoch:
             inst.role = InstanceRole(state.role)
         now = time.monotonic()

@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from prfaas.kvcache import CacheIdentity, HashScheme, KvSlice
+from prfaas.kvcache import CacheIdentity, HashScheme, KvSlice, TierCounters
 from prfaas.kvcache.hashing import HASH_ALGORITHM, model_fingerprint
 from prfaas.kvcache.ids import InstanceId
 from prfaas.kvcache.layout import GroupKind
@@ -176,6 +176,7 @@ class VllmBackend:
         self.num_running = 0
         self.free_pages = kv_capacity // 2**20
         self.held_pages = 0  # vLLM reports its cache usage, not pages held by requests
+        self.disk_tier: TierCounters | None = None  # vLLM's offloading is its own
         self._translator = EventTranslator(InstanceId(spec.name), scheme, self.is_hybrid)
         self._events = EventLog()
         self._pending: list[Any] = []
