@@ -127,6 +127,30 @@ def test_aic_offers_every_split_it_compiles() -> None:
 
 
 @needs_aic
+def test_aic_falls_back_where_it_compiles_but_has_no_data() -> None:
+    # An fp8 model on a chip without fp8 FLOPS: aiconfigurator compiles it and raises only
+    # when asked for a time (once a traceback out of `prfaas plan`); now one line.
+    timed = _timed("mimo-v2-flash", "a100", TimingChoice(TimingSource.AIC))
+    assert timed.fallback is not None
+    assert "cannot time mimo-v2-flash on 8 x a100: it has no data to time" in timed.fallback
+    assert "MissingSystemFlopsError" in timed.fallback
+    assert not timed.profile.source.startswith("aiconfigurator")
+
+
+@needs_aic
+def test_aic_does_not_offer_a_split_its_tables_lack() -> None:
+    # vLLM's B200 data has no MoE kernel at expert TP2 x EP2 for MiMo-V2-Flash's experts:
+    # that split compiles but cannot be timed, so it is not a candidate; the others are.
+    spec, chip = get_model("mimo-v2-flash"), get_chip("b200")
+    offered = parallelism_choices(spec, chip, 4, TimingChoice(TimingSource.AIC, AicEngine.VLLM))
+    assert Parallelism(tp=4, ep=2) not in offered
+    assert offered[0] == default_parallelism(spec, 4)
+    for split in offered:
+        timed = time_instance(spec, chip, split, TimingChoice(TimingSource.AIC, AicEngine.VLLM))
+        assert timed.fallback is None and timed.profile.prefill_s(8192) > 0
+
+
+@needs_aic
 def test_aic_offers_only_the_default_where_it_cannot_time() -> None:
     # No H20 data: every split falls back to the roofline, which cannot tell splits apart.
     spec, choice = get_model("qwen3-235b"), TimingChoice(TimingSource.AIC)

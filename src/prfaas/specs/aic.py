@@ -93,6 +93,12 @@ def aic_model_id(model: ModelSpec) -> str | None:
     return _aic_models().get(_canonical(hf_id)) if hf_id else None
 
 
+#: The prompt length of the probe that asks a compiled split for one prefill and one decode
+#: step: aiconfigurator compiles splits whose data it lacks (an MoE shape missing from its
+#: tables, fp8 kernels on a chip without fp8 FLOPS) and raises only when asked for a time.
+PROBE_TOKENS = 128
+
+
 @cache
 def data_version(system: str, engine: str) -> str | None:
     """The engine version of the kernel data aiconfigurator queries on `system` (its `current`
@@ -170,10 +176,8 @@ class AicProfile:
         return value
 
 
-def aic_profile(
-    model: ModelSpec, chip: ChipSpec, split: Parallelism, engine: str
-) -> AicProfile | str:
-    """The aiconfigurator profile of one instance, or why it cannot time it."""
+def _coverage(model: ModelSpec, chip: ChipSpec, engine: str) -> tuple[str, str, str] | str:
+    """Its model id, system and data version for this model, chip and engine, or why not."""
     if aic_version() is None:
         return "aiconfigurator-core is not installed (pip install 'prfaas[aic]')"
     system = aic_system(chip)
@@ -185,8 +189,25 @@ def aic_profile(
     model_id = aic_model_id(model)
     if model_id is None:
         return f"it does not model {model.name}"
+    return model_id, system, version
+
+
+def aic_profile(
+    model: ModelSpec, chip: ChipSpec, split: Parallelism, engine: str
+) -> AicProfile | str:
+    """The aiconfigurator profile of one instance, or why it cannot time it."""
+    covered = _coverage(model, chip, engine)
+    if isinstance(covered, str):
+        return covered
+    model_id, system, version = covered
     try:
         _engine(model_id, system, engine, split)
     except Exception as err:  # its own error types: any refusal means "not covered"
         return f"it cannot compile {model_id} as {split.label()} ({type(err).__name__})"
-    return AicProfile(model, chip, split, model_id, system, engine, version)
+    profile = AicProfile(model, chip, split, model_id, system, engine, version)
+    try:  # it compiles splits whose kernels it has no data for, and says so only when asked
+        profile.prefill_s(PROBE_TOKENS)
+        profile.decode_step_s(1, PROBE_TOKENS)
+    except Exception as err:
+        return f"it has no data to time {model_id} as {split.label()} ({type(err).__name__})"
+    return profile

@@ -131,7 +131,8 @@ def parallelism_choices(
     """The splits of `gpus_per_instance` GPUs the chosen source can tell apart, the default
     split first (always offered; `time_instance` says when it falls back). A source that times
     a GPU count only (`TimingSource.times_splits`) offers the default alone; aiconfigurator
-    offers every split of `instance_splits` it compiles for this model, chip and engine."""
+    offers every split of `instance_splits` it compiles and has the data to time (`aic_profile`
+    asks it once) for this model, chip and engine."""
     default = default_parallelism(model, gpus_per_instance)
     others = [
         split
