@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_helpers import run
 
 from prfaas.serve.config.deployment import load_deployment
 from prfaas.serve.launch.preflight import Scope, check_deployment
+from prfaas.specs.catalog import get_model
+from prfaas.specs.timing import default_parallelism
 
 DENSE_70B = Path(__file__).parents[1] / "sim" / "data" / "dense-70b.yaml"
 
@@ -78,3 +81,25 @@ def test_engine_without_aic_timing_is_refused(capsys: pytest.CaptureFixture[str]
     code, _, err = run(["plan", "--engine", "vllm"], capsys)
     assert code == 2
     assert "--engine picks aiconfigurator's data: add --timing aic" in err
+
+
+def test_the_file_carries_each_instances_split_and_timing_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the roofline times a GPU count: the search offers its default split only, and the file
+    # says so, so `prfaas up` times every instance as the plan did
+    out = tmp_path / "deployment.yaml"
+    code, _, _ = run(
+        ["plan", "-s", str(DENSE_70B), "--search-parallelism", "--deployment-out", str(out)],
+        capsys,
+    )
+    assert code == 0
+    raw = yaml.safe_load(out.read_text())
+    for instance in raw["instances"]:
+        gpus = instance["gpus_per_instance"]
+        assert instance["parallelism"] == {"tp": gpus, "dp": 1, "ep": 1}  # dense: ep 1
+        assert instance["timing"] == {"source": "roofline"}
+    deployment = load_deployment(out)
+    model = get_model(deployment.model)
+    for spec in deployment.instances:
+        assert deployment.split_of(spec) == default_parallelism(model, spec.gpus_per_instance)

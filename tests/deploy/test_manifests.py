@@ -265,9 +265,12 @@ VLLM_DEPLOYMENT = """\
 model: {model}
 rebalance: {{enabled: false}}
 instances:
-  - {{name: prfaas-0, role: prfaas-prefill, cluster: prfaas, backend: vllm, gpus_per_instance: 8}}
-  - {{name: pdd-0, role: pd-decode, cluster: pd, backend: vllm, gpus_per_instance: 2}}
-  - {{name: pdd-1, role: pd-decode, cluster: pd, backend: vllm, gpus_per_instance: 2}}
+  - {{name: prfaas-0, role: prfaas-prefill, cluster: prfaas, backend: vllm, gpus_per_instance: 8,
+     parallelism: {{tp: 8}}}}
+  - {{name: pdd-0, role: pd-decode, cluster: pd, backend: vllm, gpus_per_instance: 2,
+     parallelism: {{tp: 1, dp: 2, ep: 2}}}}
+  - {{name: pdd-1, role: pd-decode, cluster: pd, backend: vllm, gpus_per_instance: 2,
+     parallelism: {{tp: 1, dp: 2, ep: 2}}}}
 """
 GPU_DESCRIPTION = """\
 deployment: deployment.yaml

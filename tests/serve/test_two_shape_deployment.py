@@ -4,7 +4,10 @@
 The scenario is the dense 70B of tests/sim/data/dense-70b.yaml on fewer GPUs: the parallelism
 search gives PD-P instances of 2 H20 and a PD-D instance of 4. The deployment comes up, serves
 a request through PD-P and PD-D, and refuses a flip by hand into a role whose shape differs
-(400, docs/serving.md; flips between instances of one shape: tests/serve/test_role_flips.py).
+(400 naming both shapes with their splits, docs/serving.md; flips between instances of one
+shape: tests/serve/test_role_flips.py; splits that differ on one GPU count:
+tests/serve/test_flip_splits.py; a plan timed by aiconfigurator at its searched splits:
+tests/serve/test_planned_split_deployment.py).
 """
 
 from __future__ import annotations
@@ -82,8 +85,9 @@ def test_a_flip_into_a_role_of_another_shape_is_refused(launcher: Launcher) -> N
     assert refused.status_code == 400
     error = refused.json()["error"]
     assert error["type"] == "invalid_request_error"
-    assert "pdp-0 (2 x h20) cannot take pd-decode" in error["message"]
-    assert "pd-decode instances are 4 x h20" in error["message"]
+    # both shapes with their splits (dense: tensor parallel over the instance's GPUs)
+    assert "pdp-0 (2 x h20 tp2) cannot take pd-decode" in error["message"]
+    assert "pd-decode instances are 4 x h20 tp4 (" in error["message"]
     assert _flip(launcher, "pdd-0", "pd-prefill").status_code == 400
     state = httpx.get(launcher.url + "/admin/state", headers=launcher.admin_headers, timeout=30)
     roles = {i["name"]: (i["role"], i["draining"]) for i in state.json()["instances"]}

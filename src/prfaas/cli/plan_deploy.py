@@ -1,8 +1,10 @@
 """`prfaas plan --deployment-out FILE`: the chosen PrfaaS-PD plan as a deployment file that
 `prfaas up` accepts (serve.config.deployment), on the emulated backend at full scale.
 
-One instance per planned PrfaaS prefill, PD-P and PD-D instance, each with the chip and GPUs
-per instance of its cluster and role (as the parallelism search chose them), the plan's
+One instance per planned PrfaaS prefill, PD-P and PD-D instance, each with the chip, GPUs
+per instance, split of those GPUs (`parallelism: {tp, dp, ep}`) and timing source (`timing:
+{source, engine}`) of its cluster and role, as the plan (and its parallelism search) timed
+them, so the emulated instances `prfaas up` starts are timed as planned; the plan's
 threshold, the scenario's link and decode SLO; ports 0 (picked free at launch). A plan whose
 PD-P and PD-D instances have different shapes is written with the slow loop off
 (`rebalance.enabled: false`): the loop flips PD instances between the roles and a deployment
@@ -20,10 +22,20 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from prfaas.planner.model import Hardware
+from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.plan import PlanReport
 from prfaas.serve.config.deployment import Deployment, validation_problems
+from prfaas.serve.config.parallelism_spec import ParallelismSpec, TimingSpec
+from prfaas.specs.aic import AicProfile
 from prfaas.specs.errors import SpecError
+from prfaas.specs.perf import PerfProfile
+from prfaas.specs.timing import (
+    AicEngine,
+    Parallelism,
+    TimingChoice,
+    TimingSource,
+    default_parallelism,
+)
 
 MIB = 2**20
 #: Emulated KV payloads are this fraction of the real bytes (serve.config's EmulationSpec default).
@@ -31,6 +43,31 @@ BYTE_FACTOR = 1 / 256
 #: Prefix pool per instance where the memory model defines no KV capacity (the weights do not
 #: fit), as in configs/case-study-prfaas-pd.yaml.
 FALLBACK_CAPACITY_MIB = 102_400
+
+
+def planned_timing(profile: PerfProfile) -> tuple[Parallelism, TimingChoice]:
+    """The split and the source that timed `profile` in the plan: aiconfigurator's profile
+    carries both; any other was timed by the roofline (the catalog's measured points where
+    it has them, which the roofline source also prefers) at the default split, the only one
+    a source that times a GPU count offers (`specs.timing.parallelism_choices`)."""
+    if isinstance(profile, AicProfile):
+        return profile.split, TimingChoice(TimingSource.AIC, AicEngine(profile.engine))
+    split = default_parallelism(profile.model, profile.gpus_per_instance)
+    return split, TimingChoice(TimingSource.ROOFLINE)
+
+
+def _shape(cluster: Cluster) -> dict[str, Any]:
+    """An instance's chip, GPUs, split and timing source, as the deployment file says them."""
+    split, choice = planned_timing(cluster.profile)
+    timing = TimingSpec.of(choice).model_dump(mode="json")
+    if choice.source is not TimingSource.AIC:
+        del timing["engine"]  # aiconfigurator's engine: meaningless for another source
+    return {
+        "chip": cluster.profile.chip.name,
+        "gpus_per_instance": cluster.profile.gpus_per_instance,
+        "parallelism": ParallelismSpec.of(split).model_dump(),
+        "timing": timing,
+    }
 
 
 def _instances(report: PlanReport, hardware: Hardware) -> list[dict[str, Any]]:
@@ -49,8 +86,7 @@ def _instances(report: PlanReport, hardware: Hardware) -> list[dict[str, Any]]:
                 "role": role,
                 "cluster": cluster_name,
                 "backend": "emulated",
-                "chip": cluster.profile.chip.name,
-                "gpus_per_instance": cluster.profile.gpus_per_instance,
+                **_shape(cluster),
                 "capacity_mib": capacity_mib,
                 "max_batch_size": report.decode.max_batch_size,
             }
@@ -90,13 +126,16 @@ def write_deployment(report: PlanReport, hardware: Hardware, path: Path) -> None
     header = (
         f"# Written by `prfaas plan`: PrfaaS-PD, timing "
         f"{hardware.prfaas.profile.source} (PrfaaS) / {hardware.pd.profile.source} (PD).\n"
-        "# Emulated instances are timed by the catalog's profile (serve.backends.emulated).\n"
+        "# Each emulated instance is timed by its `timing` source at its `parallelism` split, "
+        "as planned\n# (serve.backends.emulated).\n"
     )
     if hardware.pd_decode is not None:
+        p_split, _ = planned_timing(hardware.pd.profile)
+        d_split, _ = planned_timing(hardware.pd_decode.profile)
         header += (
-            f"# PD-P instances x{hardware.pd.profile.gpus_per_instance} and PD-D instances "
-            f"x{hardware.pd_decode.profile.gpus_per_instance} GPUs: instances of two shapes "
-            "cannot flip roles, so the slow loop is off\n# (rebalance.enabled: false; t and "
-            "the roles stay as planned).\n"
+            f"# PD-P instances x{hardware.pd.profile.gpus_per_instance} ({p_split.label()}) "
+            f"and PD-D instances x{hardware.pd_decode.profile.gpus_per_instance} "
+            f"({d_split.label()}) GPUs: instances of two shapes cannot flip roles, so the "
+            "slow loop is off\n# (rebalance.enabled: false; t and the roles stay as planned).\n"
         )
     path.write_text(header + yaml.safe_dump(content, sort_keys=False))

@@ -10,7 +10,7 @@
     clusters:                         # one entry per `cluster` of the deployment's instances
       prfaas:
         image: registry.example/prfaas:cuda
-        accelerator: nvidia           # instance pods request gpus_per_instance nvidia.com/gpu
+        accelerator: nvidia           # instance pods request gpus_per_instance (tp x dp) GPUs
         addresses: {prfaas-0: 10.20.0.10}   # where the other cluster reaches each instance
       pd: {image: registry.example/prfaas:cuda, accelerator: nvidia, addresses: {...}}
 

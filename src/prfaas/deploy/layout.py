@@ -130,7 +130,15 @@ def _gpus(
     counts = {s.gpus_per_instance for s in specs}
     if len(counts) > 1:
         return 0, f"gpus_per_instance differs ({sorted(counts)}): one pod template per role"
-    return counts.pop(), None
+    gpus = counts.pop()
+    unsplit = [s.name for s in specs if s.backend is Backend.VLLM and s.parallelism is None]
+    if unsplit and gpus > 1:
+        # without `parallelism` vLLM runs its defaults (tp 1, dp 1): one GPU of the pod's
+        return 0, (
+            f"{', '.join(unsplit)}: a vllm instance of {gpus} GPUs needs parallelism "
+            f"(e.g. {{tp: {gpus}}}), else vllm runs on one of them"
+        )
+    return gpus, None
 
 
 def pod_deployment(

@@ -31,6 +31,7 @@ steps follow a step clock instead of drifting by each step's bookkeeping.
 from __future__ import annotations
 
 import asyncio
+import logging
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,14 +60,18 @@ from prfaas.serve.backends.interface import (
 from prfaas.serve.config.deployment import Deployment, InstanceSpec
 from prfaas.serve.errors import BadRequestError, InstanceFailedError
 from prfaas.serve.profile import PrefillTiming
-from prfaas.specs.catalog import get_chip, get_model, profile_for
+from prfaas.specs.catalog import get_chip, get_model
 from prfaas.specs.model import ModelSpec
+from prfaas.specs.perf import PerfProfile
+from prfaas.specs.timing import TimingChoice, time_instance
 from prfaas.transfer import identity_for
 
 BOS_ID = p.BYTE_BOS_ID
 VOCAB_SIZE = 259  # the byte tokenizer's (engine.tokenizer): bytes, <pad>, <bos>, <eos>
 OUTPUT_ALPHABET = b"abcdefghijklmnopqrstuvwxyz     "
 IDLE_WAIT_S = 0.05
+
+log = logging.getLogger("prfaas.emulated")
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline_s: float) -> None:
@@ -94,6 +99,22 @@ def layer_bytes(model: ModelSpec, num_tokens: int, total_bytes: int) -> list[tup
     last_group, last_bytes = sizes[-1]
     sizes[-1] = (last_group, last_bytes + rest)
     return sizes
+
+
+def instance_profile(deployment: Deployment, spec: InstanceSpec) -> PerfProfile:
+    """What times the emulated instance `spec`: the file's timing source (default: the
+    roofline, the catalog's measured points where it has them) at the instance's split, as
+    the plan timed it (`specs.timing.time_instance`, the planner's entry point). A source that
+    cannot time it (aiconfigurator not installed, a chip it has no data for) gives the
+    roofline and one logged line, as the planner prints one."""
+    assert spec.chip is not None  # config validation guarantees it
+    split = deployment.split_of(spec)
+    assert split is not None  # an emulated deployment's model is a catalog model (validated)
+    choice = spec.timing.choice() if spec.timing is not None else TimingChoice()
+    timed = time_instance(get_model(deployment.model), get_chip(spec.chip), split, choice)
+    if timed.fallback is not None:
+        log.warning("instance %s: %s", spec.name, timed.fallback)
+    return timed.profile
 
 
 def output_token(prompt: Sequence[int], index: int, script: bytes = b"") -> int:
@@ -131,9 +152,8 @@ class EmulatedBackend:
     """The `emulated` `InstanceBackend` (see the module docstring)."""
 
     def __init__(self, deployment: Deployment, spec: InstanceSpec) -> None:
-        assert spec.chip is not None  # config validation guarantees it
         self.model = get_model(deployment.model)
-        self.profile = profile_for(self.model, get_chip(spec.chip), spec.gpus_per_instance)
+        self.profile = instance_profile(deployment, spec)
         self.emulation = deployment.emulation
         self.script = (self.emulation.output_text or "").encode()
         self.name = spec.name

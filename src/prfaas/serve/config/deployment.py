@@ -15,10 +15,10 @@ of them (`prfaas up`). Ports set to 0 are picked free at launch (single-host onl
       - {name: pdd-0, role: pd-decode, cluster: pd}
 
 Instances run the `torch` backend (real model compute) by default; `backend: emulated` with a
-`chip` runs a catalog model (`model: prfaas-1t`) without compute, timed by the chip's
-PerfProfile x `emulation.time_factor`, shipping its KV x `emulation.byte_factor`
-(serve.backends.emulated, docs/serving.md). One deployment uses one backend: their KV cannot
-be exchanged.
+`chip` runs a catalog model (`model: prfaas-1t`) without compute, timed by its `timing`
+source at its `parallelism` split (serve.config.parallelism_spec) x `emulation.time_factor`,
+shipping its KV x `emulation.byte_factor` (serve.backends.emulated, docs/serving.md). One
+deployment uses one backend: their KV cannot be exchanged.
 
 The secret comes from the file's `secret` or `PRFAAS_TRANSFER_SECRET` (transfer.config); when
 neither is set the launcher generates one per run and hands it to its children in that variable.
@@ -48,10 +48,20 @@ from pydantic import (
 from prfaas.planner.scenario import RebalanceFile
 from prfaas.scheduler import check_policy
 from prfaas.serve.config.admission_spec import AdmissionSpec
+from prfaas.serve.config.parallelism_spec import (
+    VLLM_SPLIT_FLAGS,
+    ParallelismSpec,
+    TimingSpec,
+    model_split_problem,
+    split_problem,
+    vllm_split_problem,
+)
 from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
-from prfaas.specs.catalog import get_chip, model_names
+from prfaas.specs.catalog import get_chip, get_model, model_names, resolve_model
 from prfaas.specs.errors import SpecError
+from prfaas.specs.model import ModelSpec
+from prfaas.specs.timing import Parallelism, default_parallelism
 from prfaas.transfer.config import SECRET_ENV_VAR, TlsConfig
 from prfaas.transfer.errors import ConfigError
 
@@ -243,7 +253,26 @@ class InstanceSpec(_Strict):
     backend: Backend = Backend.TORCH
     chip: str | None = None  # emulated only: the catalog chip whose PerfProfile times it
     gpus_per_instance: int = Field(default=8, gt=0)
+    # emulated and vllm: the split of the GPUs (serve.config.parallelism_spec); None: the default
+    parallelism: ParallelismSpec | None = None
+    timing: TimingSpec | None = None  # emulated only: what times it; None: the roofline
     disk_tier: DiskTierSpec | None = None  # torch and emulated
+
+    @model_validator(mode="after")
+    def _split_fits(self) -> InstanceSpec:
+        if self.timing is not None and self.backend is not Backend.EMULATED:
+            raise ValueError("timing is for emulated instances only (backend: emulated)")
+        if self.parallelism is None:
+            return self
+        if self.backend is Backend.TORCH:
+            raise ValueError("parallelism is for emulated and vllm instances (torch: one device)")
+        split = self.parallelism.split()
+        problem = split_problem(split, self.gpus_per_instance)
+        if problem is None and self.backend is Backend.VLLM:
+            problem = vllm_split_problem(split)
+        if problem is not None:
+            raise ValueError(f"parallelism: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _chip_fits_backend(self) -> InstanceSpec:
@@ -313,6 +342,27 @@ class Deployment(_Strict):
             raise ValueError(f"vllm instances need a local model directory, not {self.model!r}")
         return self
 
+    @model_validator(mode="after")
+    def _splits_fit_model(self) -> Deployment:
+        """Every written split runs on this model (a dense one has ep 1), and no `vllm.extra_args`
+        flag sets what an instance's `parallelism` sets."""
+        splits = {s.name: s.parallelism.split() for s in self.instances if s.parallelism}
+        if not splits:
+            return self
+        model = _known_model(self.model)
+        for name, split in splits.items():
+            problem = None if model is None else model_split_problem(model, split)
+            if problem is not None:
+                raise ValueError(f"instance {name}: parallelism: {problem}")
+        if self.backend is Backend.VLLM:
+            named = {arg.split("=", 1)[0] for arg in self.vllm.extra_args} & VLLM_SPLIT_FLAGS
+            if named:
+                raise ValueError(
+                    f"vllm.extra_args sets {', '.join(sorted(named))}, which the instances' "
+                    "parallelism sets: give the split in parallelism only"
+                )
+        return self
+
     @property
     def backend(self) -> Backend:
         return self.instances[0].backend if self.instances else Backend.TORCH
@@ -321,11 +371,30 @@ class Deployment(_Strict):
     def model_name(self) -> str:
         return self.served_model_name or self.model
 
+    def split_of(self, spec: InstanceSpec) -> Parallelism | None:
+        """The split `spec` runs: its `parallelism`, else the model's default split where
+        prfaas times the model (a catalog model); None for a vllm instance without one (the
+        engine's own defaults, no flag given) and for a model outside the catalog."""
+        if spec.parallelism is not None:
+            return spec.parallelism.split()
+        if spec.backend is Backend.VLLM or self.model not in model_names():
+            return None
+        return default_parallelism(get_model(self.model), spec.gpus_per_instance)
+
     def instance(self, name: str) -> InstanceSpec:
         for spec in self.instances:
             if spec.name == name:
                 return spec
         raise DeploymentError(f"no instance named {name!r} in the deployment")
+
+
+def _known_model(name: str) -> ModelSpec | None:
+    """The model `name` names where prfaas can read it (a catalog name, a model file, a
+    checkpoint's config.json), else None: its splits are then checked by the engine."""
+    try:
+        return resolve_model(name)
+    except SpecError:
+        return None
 
 
 def default_deployment() -> Deployment:

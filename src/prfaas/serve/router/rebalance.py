@@ -41,7 +41,12 @@ from prfaas.kvcache.ids import InstanceId
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.scheduler import FlipRole, Role, SetThreshold, StageStats
 from prfaas.serve import protocol as p
-from prfaas.serve.config.deployment import InstanceRole, InstanceSpec, RebalanceSpec
+from prfaas.serve.config.deployment import (
+    Deployment,
+    InstanceRole,
+    InstanceSpec,
+    RebalanceSpec,
+)
 from prfaas.serve.errors import (
     BadRequestError,
     ConflictError,
@@ -66,20 +71,27 @@ TO_INSTANCE_ROLE = {
 MAX_HISTORY = 100
 
 
-def instance_shape(spec: InstanceSpec) -> str:
-    """What a role's instances must share to swap roles: the chip and the GPUs per instance
-    (`prfaas plan --search-parallelism` may give PD-P and PD-D different ones)."""
-    return f"{spec.gpus_per_instance} x {spec.chip or 'gpu'}"
+def instance_shape(deployment: Deployment, spec: InstanceSpec) -> str:
+    """What a role's instances must share to swap roles: the chip, the GPUs per instance and
+    their split (`prfaas plan --search-parallelism` may give PD-P and PD-D different ones),
+    e.g. `8 x h200 tp1 ep8 dp8`; a vllm instance without `parallelism` runs the engine's
+    defaults (no split to compare)."""
+    split = deployment.split_of(spec)
+    label = "" if split is None else f" {split.label()}"
+    return f"{spec.gpus_per_instance} x {spec.chip or 'gpu'}{label}"
 
 
 def _check_shape(rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole) -> None:
     """400 unless the deployment file gives `to_role` instances of `inst`'s shape: a plan
-    with a shape per PD role sized each role's instances for that role only (docs/planner.md),
-    so an instance takes a role only in a shape the file configured for it."""
+    with a shape per PD role sized and split each role's instances for that role only
+    (docs/planner.md), so an instance takes a role only in a shape the file configured for it."""
+    deployment = rt.deployment
     shapes = {
-        instance_shape(i.spec) for i in rt.registry.instances.values() if i.spec.role is to_role
+        instance_shape(deployment, i.spec)
+        for i in rt.registry.instances.values()
+        if i.spec.role is to_role
     }
-    shape = instance_shape(inst.spec)
+    shape = instance_shape(deployment, inst.spec)
     if shapes and shape not in shapes:
         raise BadRequestError(
             f"instance {inst.name} ({shape}) cannot take {to_role.value}: the deployment's "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prfaas.serve.config.deployment import Deployment, InstanceSpec
+from prfaas.serve.config.parallelism_spec import vllm_flags
 from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.kv_shipping import shipping_plan
 from prfaas.transfer.config import SECRET_ENV_VAR
@@ -87,7 +88,8 @@ class ChildPorts:
 def serve_command(
     python: Path, model_dir: Path, deployment: Deployment, spec: InstanceSpec, ports: ChildPorts
 ) -> list[str]:
-    """`vllm serve` for instance `spec`, with the connector and the KV event publisher."""
+    """`vllm serve` for instance `spec`, with the connector, the KV event publisher and the
+    flags that run the instance's `parallelism` (none without one: the engine's defaults)."""
     transfer = {
         "kv_connector": "PrfaasConnector",
         "kv_connector_module_path": "prfaas.integrations.vllm.connector",
@@ -101,6 +103,7 @@ def serve_command(
         "topic": "kv-events",
     }
     s = deployment.vllm
+    split = deployment.split_of(spec)
     return [
         str(python), "-m", "prfaas.integrations.vllm.serve_main", "serve",
         str(model_dir),
@@ -116,5 +119,6 @@ def serve_command(
         "--kv-transfer-config", json.dumps(transfer),
         "--kv-events-config", json.dumps(events),
         *(["--dtype", s.dtype] if s.dtype else []),
+        *([] if split is None else vllm_flags(split)),
         *s.extra_args,
     ]  # fmt: skip
