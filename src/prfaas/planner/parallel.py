@@ -51,7 +51,7 @@ from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
 from prfaas.planner.plan import DEPLOYMENTS, PlanReport, plan
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.timing import TimingChoice, parallelism_choices, time_instance
 from prfaas.workload.lengths import FloatArray
 from prfaas.workload.workload import Workload
@@ -83,7 +83,7 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
             timed = time_instance(model, chip, parallelism, choice)
             if timed.profile.source == profile.source and gpus == profile.gpus_per_instance:
                 continue  # the cluster's own shape, already the first candidate
-            memory = instance_memory(timed.profile, parallelism.dp)
+            memory = instance_memory(timed.profile, parallelism.dp, startup_rule(choice))
             if memory.shortfall_bytes > 0:
                 continue
             shapes.append(Cluster(timed.profile, total // gpus, memory))
