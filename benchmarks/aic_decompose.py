@@ -37,7 +37,7 @@ from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.parallel import SearchedPlan
 from prfaas.planner.plan import plan
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.perf import PerfProfile
 from prfaas.specs.timing import Parallelism, TimingChoice, time_instance
 from prfaas.workload.workload import Workload
@@ -130,13 +130,14 @@ def _their_shapes(base: Hardware, row: dict[str, Any], choice: TimingChoice) -> 
     model, chip = base.pd.profile.model, base.pd.profile.chip
     p_split, d_split = splits
     p_prof, d_prof = (time_instance(model, chip, s, choice).profile for s in splits)
+    rule = startup_rule(choice)
     return replace(
         base,
         pd=Cluster(
-            p_prof, num_gpus // p_prof.gpus_per_instance, instance_memory(p_prof, p_split.dp)
+            p_prof, num_gpus // p_prof.gpus_per_instance, instance_memory(p_prof, p_split.dp, rule)
         ),
         pd_decode=Cluster(
-            d_prof, num_gpus // d_prof.gpus_per_instance, instance_memory(d_prof, d_split.dp)
+            d_prof, num_gpus // d_prof.gpus_per_instance, instance_memory(d_prof, d_split.dp, rule)
         ),
         ttft_slo_s=None,
     )

@@ -38,7 +38,7 @@ from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.parallel import SearchedPlan, search_parallelism
 from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model, model_names, paper_phi_gbps
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.perf import RooflineProfile
 from prfaas.specs.timing import (
     AicEngine,
@@ -62,7 +62,7 @@ ISL, OSL = 8000, 512
 def _cluster(model: str, chip: str, num_gpus: int, gpus: int, choice: TimingChoice) -> Cluster:
     spec = get_model(model)
     profile = time_instance(spec, get_chip(chip), default_parallelism(spec, gpus), choice).profile
-    return Cluster(profile, num_gpus // gpus, instance_memory(profile))
+    return Cluster(profile, num_gpus // gpus, instance_memory(profile, rule=startup_rule(choice)))
 
 
 def prefill_rows(engines: list[AicEngine]) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ class FakeProfile:
     cache_bytes_per_token: float
     decode_base_s: float = 0.005
     decode_per_request_s: float = 0.001
+    prefill_concurrency: int = 1  # prompts prefilled at once (attention-DP ranks)
 
     @property
     def source(self) -> str:

@@ -15,7 +15,7 @@ from prfaas.planner.parallel import cluster_shapes, search_parallelism
 from prfaas.planner.plan import plan
 from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model, profile_for
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.timing import TimingChoice, TimingSource, default_parallelism, time_instance
 from prfaas.workload.lengths import FixedLength, TruncatedLognormal
 from prfaas.workload.workload import Workload
@@ -173,7 +173,7 @@ def test_a_shape_per_pd_role_under_aiconfigurator_is_never_worse(model: str) -> 
 
     def cluster(num_gpus: int) -> Cluster:
         profile = time_instance(spec, chip, default_parallelism(spec, 8), choice).profile
-        return Cluster(profile, num_gpus // 8, instance_memory(profile))
+        return Cluster(profile, num_gpus // 8, instance_memory(profile, rule=startup_rule(choice)))
 
     hardware = Hardware(cluster(8), cluster(56), 100, 1e3 / 33)
     shared, found = (
@@ -182,8 +182,8 @@ def test_a_shape_per_pd_role_under_aiconfigurator_is_never_worse(model: str) -> 
     )
     lam = [s.report.deployments["homogeneous_pd"].lambda_max for s in (shared, found)]
     assert lam[1] >= lam[0]
-    if model == "qwen3-235b":  # decode with attention DP8 beside 4-GPU prefill (docs/planner.md)
+    if model == "qwen3-235b":  # attention-DP decode beside 4-GPU prefill (docs/planner.md)
         assert found.hardware.pd_decode is not None
-        assert found.hardware.pd_decode.profile.source.endswith("dp8)")
+        assert found.hardware.pd_decode.profile.source.endswith("dp4)")  # tp2 ep4 dp4
         assert found.hardware.pd.profile.gpus_per_instance == 4
         assert lam[1] > lam[0]

@@ -16,7 +16,7 @@ from prfaas.planner.parallel import cluster_shapes, search_parallelism
 from prfaas.planner.plan import plan
 from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model, profile_for
-from prfaas.specs.memory import expert_weight_bytes, instance_memory
+from prfaas.specs.memory import expert_weight_bytes, instance_memory, startup_rule
 from prfaas.specs.timing import (
     Parallelism,
     TimingChoice,
@@ -38,7 +38,8 @@ def _aic_cluster(model: str, chip: str, num_gpus: int, split: Parallelism | None
     spec = get_model(model)
     split = split or default_parallelism(spec, 8)
     profile = time_instance(spec, get_chip(chip), split, AIC).profile
-    return Cluster(profile, num_gpus // split.num_gpus, instance_memory(profile, split.dp))
+    memory = instance_memory(profile, split.dp, startup_rule(AIC))
+    return Cluster(profile, num_gpus // split.num_gpus, memory)
 
 
 def _aic_hardware(model: str, chip: str, tpot_ms: float, ttft_s: float | None) -> Hardware:
@@ -77,23 +78,24 @@ def test_shapes_offered_under_aic_fit_the_memory_model() -> None:
 
 @needs_aic
 def test_the_search_finds_aiconfigurators_attention_dp_with_expert_tp_where_it_is_better() -> None:
-    # Qwen3.5-397B on 64 H200 at TTFT 5 s / TPOT 33 ms: aiconfigurator's plan uses attention
-    # DP8 with expert TP8 (`tp1 dp8 etp8`); the search before offered TP8 + EP8, TP8 and
-    # DP8 + EP8 per 8 GPUs and found 0.435 req/s/GPU.
-    hardware = _aic_hardware("qwen3.5-397b", "h200", 33, 5.0)
+    # Qwen3.5-397B on 64 B200 at TTFT 5 s / TPOT 33 ms: aiconfigurator's plan uses attention
+    # DP8 with expert TP (`tp1 dp8 etp4 ep2`); the search before offered TP8 + EP8, TP8 and
+    # DP8 + EP8 per 8 GPUs. (On H200 its `tp1 dp8 etp8` does not fit SGLang's start-up rule:
+    # tests/specs/test_startup_rule.py.)
+    hardware = _aic_hardware("qwen3.5-397b", "b200", 33, 5.0)
     found = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd")
     shape = found.hardware.pd.profile.source
-    assert shape.endswith("tp1 dp8)")  # attention DP8, experts TP8 (no EP)
+    assert shape.endswith("tp1 ep2 dp8)")  # attention DP8, experts EP2 x TP4
     before = []
     for split in (Parallelism(8, 8), Parallelism(8, 1), Parallelism(1, 8, 8)):
-        pd = _aic_cluster("qwen3.5-397b", "h200", 56, split)
+        pd = _aic_cluster("qwen3.5-397b", "b200", 56, split)
         for decode in (Parallelism(8, 8), Parallelism(8, 1), Parallelism(1, 8, 8)):
-            pd_decode = _aic_cluster("qwen3.5-397b", "h200", 56, decode)
+            pd_decode = _aic_cluster("qwen3.5-397b", "b200", 56, decode)
             candidate = Hardware(hardware.prfaas, pd, 100, hardware.decode_slo_tokens_per_s,
                                  pd_decode, hardware.ttft_slo_s)  # fmt: skip
             before.append(plan(candidate, ISL_8K, 100).deployments["homogeneous_pd"].lambda_max)
     best = found.report.deployments["homogeneous_pd"].lambda_max
-    assert best > 1.25 * max(before)
+    assert best > 1.2 * max(before)  # 1.24 with SGLang's start-up memory (issue 30)
 
 
 @needs_aic

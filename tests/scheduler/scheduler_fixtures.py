@@ -25,6 +25,7 @@ class LinearProfile:
     prefill_base_s: float
     prefill_per_token_s: float
     decode_step: float = 0.02
+    prefill_concurrency: int = 1
 
     def prefill_s(self, length_tokens: int) -> float:
         return self.prefill_base_s + self.prefill_per_token_s * length_tokens

@@ -165,12 +165,33 @@ def test_attention_data_parallel_ranks_share_an_instances_requests() -> None:
     spec, chip, choice = get_model("qwen3-235b"), get_chip("b200"), TimingChoice(TimingSource.AIC)
     dp8 = time_instance(spec, chip, Parallelism(1, 8, 8), choice).profile
     tp8 = time_instance(spec, chip, Parallelism(8, 8), choice).profile
+    assert (dp8.prefill_concurrency, tp8.prefill_concurrency) == (8, 1)
     for length in (2048, 8192):
-        ratio = dp8.prefill_s(length) / tp8.prefill_s(length)  # tp8: one request, no batching
+        per_prompt_s = dp8.prefill_s(length) / dp8.prefill_concurrency  # 8 at once
+        ratio = per_prompt_s / tp8.prefill_s(length)  # tp8: one request, no batching
         assert ratio < 1.0  # DP8's rate on 8 requests beats TP8 prefilling them one at a time
     for batch in (8, 64, 256):
         ratio = dp8.decode_step_s(batch, 8192) / tp8.decode_step_s(batch, 8192)
         assert 0.5 < ratio < 2.0
+
+
+@needs_aic
+def test_a_dp8_prompt_takes_one_ranks_prefill_and_the_instance_eight_at_once() -> None:
+    """aiconfigurator's own TTFT of a DP8 prefill worker is its context latency at batch 1 per
+    rank (8 prompts in flight): the profile's latency is that, its concurrency 8."""
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    spec, chip, choice = get_model("qwen3-235b"), get_chip("b200"), TimingChoice(TimingSource.AIC)
+    profile = time_instance(spec, chip, Parallelism(1, 8, 8), choice).profile
+    assert isinstance(profile, aic.AicProfile)
+    handle = EngineHandle.compile(
+        profile.model_id, profile.system, "sglang",
+        tp_size=1, attention_dp_size=8, moe_tp_size=1, moe_ep_size=8,
+    )  # fmt: skip
+    for length in (1024, 8192, 32768):
+        rank_s = handle.predict_prefill_latency(1, length) / 1e3
+        assert profile.prefill_s(length) == pytest.approx(rank_s, rel=1e-12)
+    assert profile.prefill_concurrency == 8
 
 
 def test_a_scenario_times_planner_and_simulator_by_its_source(tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ PD-D instance. With p = P(l > t), l_long = E[l | l > t], l_short = E[l | l <= t]
     Lambda_max   = min(Theta_prfaas / p, Theta_pdp / (1 - p), Theta_pdd)     (6)
 
 We follow the paper literally: a stage's rate is its instance count over the prefill time *of
-the stage's mean length* (T(E[l]), not E[T(l)]). A bound whose share of requests is zero is
-infinite (no requests, no limit), which makes the baselines ends of the same grid: homogeneous
-PD is t = max (p = 0, N_prfaas = 0) and naive heterogeneous is t = 0 (p = 1, N_p = 0).
+the stage's mean length* (T(E[l]), not E[T(l)]). An instance that prefills d prompts at once
+(attention-DP ranks, `PerfProfile.prefill_concurrency`) counts as d prefill servers: N in
+Eq. 3-4 is then N x d, each at T, the one-request latency that is also its TTFT. A bound whose
+share of requests is zero is infinite (no requests, no limit), which makes the baselines ends
+of the same grid: homogeneous PD is t = max (p = 0, N_prfaas = 0) and naive heterogeneous is
+t = 0 (p = 1, N_p = 0).
 
 BS_max is the largest decode batch that both meets the per-request decode SLO (its step time
 at the mean decode context, from the PD chip's `PerfProfile`) and fits the PD-D instance's KV
@@ -273,11 +276,15 @@ class StageModel:
         """Eq. 3-6 at every threshold; pass `n_p`, `n_d` as (k, 1) columns to get a (k, T) grid."""
         p = self.split.offload_fraction
         n_p = np.asarray(n_p, dtype=np.float64)
+        servers_prfaas = n_prfaas * self.hardware.prfaas.profile.prefill_concurrency
+        servers_p = n_p * self.hardware.pd.profile.prefill_concurrency
         with np.errstate(invalid="ignore", divide="ignore"):
-            compute = n_prfaas / self.prfaas_prefill_s * self._busy(n_prfaas, long=True)
+            compute = servers_prfaas / self.prfaas_prefill_s * self._busy(servers_prfaas, long=True)
             egress = self.link_bytes_per_s / self.prfaas_cache_bytes
             theta_prfaas = np.where(p > 0, np.minimum(compute, egress), 0.0)
-            theta_pdp = np.where(p < 1, n_p / self.pd_prefill_s * self._busy(n_p, long=False), 0.0)
+            theta_pdp = np.where(
+                p < 1, servers_p / self.pd_prefill_s * self._busy(servers_p, long=False), 0.0
+            )
         theta_pdd = np.asarray(n_d, dtype=np.float64) * self.decode.rate_per_instance(
             self.mean_output_tokens
         )
@@ -294,9 +301,10 @@ class StageModel:
             lambda_max=lambda_max,
         )
 
-    def _busy(self, num_instances: FloatArray | float, *, long: bool) -> FloatArray | float:
-        """The share of a stage's full rate N / T it may carry: 1 without a TTFT objective,
-        else the utilisation at which its mean TTFT meets it (`planner.queueing`)."""
+    def _busy(self, num_servers: FloatArray | float, *, long: bool) -> FloatArray | float:
+        """The share of a stage's full rate c / T it may carry, c its prefill servers (instances
+        x prefill concurrency): 1 without a TTFT objective, else the utilisation at which its
+        mean TTFT meets it (`planner.queueing`, c servers of service time T each)."""
         slo_s = self.hardware.ttft_slo_s
         if slo_s is None:
             return 1.0
@@ -306,7 +314,7 @@ class StageModel:
             if long
             else (self.pd_prefill_s, m.short_mean_s, m.short_scv)
         )
-        n = np.maximum(np.asarray(num_instances, dtype=np.float64), 1.0)  # N = 0: no rate anyway
+        n = np.maximum(np.asarray(num_servers, dtype=np.float64), 1.0)  # c = 0: no rate anyway
         valid = np.isfinite(service_s)
         busy = usable_utilisation(
             n, np.where(valid, service_s, 1.0), np.where(valid, mean_s, 0.0),

@@ -24,8 +24,10 @@ Pruning per role, before the pairs are planned (`_undominated`): a shape is drop
 when another shape with the same GPUs per instance is at least as good for that role on
 everything the planner reads of it, so the plan on the other is at least as good:
 
-    prefill (PrfaaS, PD-P)  T_prefill(l) at every length the planner evaluates (the threshold
-                            grid's means and the histogram's bins): rate per GPU and TTFT both
+    prefill (PrfaaS, PD-P)  at every length the planner evaluates (the threshold grid's means
+                            and the histogram's bins) both T_prefill(l), one prompt's latency
+                            (its TTFT), and T_prefill(l) / concurrency, the time per prompt
+                            of an instance running its attention-DP ranks at once (its rate)
     decode (PD-D)           requests/s per instance at BS_max (Eq. 5) under the TPOT SLO and
                             the memory bound (a shape that misses the SLO at batch 1 rates 0)
     one PD shape for both   both of the above
@@ -49,7 +51,7 @@ from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
 from prfaas.planner.plan import DEPLOYMENTS, PlanReport, plan
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.timing import TimingChoice, parallelism_choices, time_instance
 from prfaas.workload.lengths import FloatArray
 from prfaas.workload.workload import Workload
@@ -81,7 +83,7 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
             timed = time_instance(model, chip, parallelism, choice)
             if timed.profile.source == profile.source and gpus == profile.gpus_per_instance:
                 continue  # the cluster's own shape, already the first candidate
-            memory = instance_memory(timed.profile, parallelism.dp)
+            memory = instance_memory(timed.profile, parallelism.dp, startup_rule(choice))
             if memory.shortfall_bytes > 0:
                 continue
             shapes.append(Cluster(timed.profile, total // gpus, memory))
@@ -91,16 +93,19 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
 
 
 def _prefill_costs(shapes: list[Cluster], workload: Workload, step_tokens: int) -> FloatArray:
-    """T_prefill of each shape (rows) at every length the planner evaluates (columns)."""
+    """T_prefill of each shape (rows) at every length the planner evaluates, then the same
+    over the shape's prefill concurrency (columns): its latency and its time per prompt."""
     histogram = workload.uncached_input.histogram(step_tokens)
     split = histogram.split()
     lengths = np.concatenate(
         [histogram.mean_tokens, split.long_mean_tokens, split.short_mean_tokens]
     )
     tokens = sorted({max(1, round(float(x))) for x in lengths[np.isfinite(lengths)]})
-    return np.array([[c.profile.prefill_s(n) for n in tokens] for c in shapes]).reshape(
+    latency = np.array([[c.profile.prefill_s(n) for n in tokens] for c in shapes]).reshape(
         len(shapes), len(tokens)
     )
+    concurrency = np.array([[c.profile.prefill_concurrency] for c in shapes], dtype=np.float64)
+    return np.hstack([latency, latency / concurrency.reshape(len(shapes), 1)])
 
 
 def _decode_costs(shapes: list[Cluster], hardware: Hardware, workload: Workload) -> FloatArray:

@@ -2,9 +2,11 @@
 
 Eq. 3-4 rate a prefill stage at N / T: every instance busy all the time. A stage that busy
 has an unbounded queue, so a plan with a TTFT objective must leave headroom. We model a
-prefill stage of c instances as one queue served by c servers (the router sends each request
-to the instance that finishes it first, `scheduler.choose_prefill`), Poisson arrivals, and
-service times with the stage's mean S and squared coefficient of variation C_s^2 (from the
+prefill stage of N instances as one queue served by c = N x d servers, d the prompts an
+instance prefills at once (`PerfProfile.prefill_concurrency`: its attention-DP ranks; 1
+without attention DP), each server taking the one-request latency S (the router sends each
+request to the instance that finishes it first, `scheduler.choose_prefill`), Poisson arrivals,
+and service times with the stage's mean S and squared coefficient of variation C_s^2 (from the
 length histogram). The mean wait is the Allen-Cunneen form over Sakasegawa's M/M/c wait:
 
     W_q = (1 + C_s^2) / 2 * S * rho^(sqrt(2 (c + 1)) - 1) / (c (1 - rho)),   rho = lambda S / c
@@ -12,7 +14,7 @@ length histogram). The mean wait is the Allen-Cunneen form over Sakasegawa's M/M
 exact for M/M/1 and, with C_s^2 = 0, for M/D/1 (Pollaczek-Khinchine). A stage meets the
 objective while its requests' mean TTFT, their mean prefill time plus W_q, is within the SLO;
 the largest such rho (`usable_utilisation`, found by bisection since W_q rises with rho) derates
-the stage's rate to rho * N / T. Where even an idle instance misses the SLO, rho is 0.
+the stage's rate to rho * c / T. Where even an idle instance misses the SLO, rho is 0.
 
 Worked example: 4 instances, S = 1 s, C_s^2 = 0, SLO 2 s: the wait may reach 1 s, i.e.
 rho^2.16 / (1 - rho) <= 8, rho = 0.90: the stage runs 90% busy, 3.6 req/s instead of 4.
@@ -34,12 +36,12 @@ BISECTION_STEPS = 50
 
 def mean_wait_s(
     rate_per_s: FloatArray | float,
-    num_instances: FloatArray | float,
+    num_servers: FloatArray | float,
     service_s: FloatArray | float,
     service_scv: FloatArray | float,
 ) -> FloatArray:
     """W_q at arrival rate `rate_per_s` (module docstring); infinite at or past saturation."""
-    c = np.asarray(num_instances, dtype=np.float64)
+    c = np.asarray(num_servers, dtype=np.float64)
     s = np.asarray(service_s, dtype=np.float64)
     rho = np.asarray(rate_per_s, dtype=np.float64) * s / c
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -52,7 +54,7 @@ def mean_wait_s(
 
 
 def usable_utilisation(
-    num_instances: FloatArray | float,
+    num_servers: FloatArray | float,
     service_s: FloatArray | float,
     prefill_mean_s: FloatArray | float,
     service_scv: FloatArray | float,
@@ -63,7 +65,7 @@ def usable_utilisation(
     uses (T of the stage's mean length, Eq. 3), `prefill_mean_s` the stage's mean prefill
     time, which a request's TTFT adds to its wait."""
     c, s, own, scv = np.broadcast_arrays(
-        *(np.asarray(x, dtype=np.float64) for x in (num_instances, service_s, prefill_mean_s,
+        *(np.asarray(x, dtype=np.float64) for x in (num_servers, service_s, prefill_mean_s,
                                                     service_scv))
     )  # fmt: skip
     budget_s = ttft_slo_s - own

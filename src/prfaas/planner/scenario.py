@@ -45,7 +45,7 @@ from prfaas.planner.model import Cluster, Hardware
 from prfaas.specs.catalog import get_chip, resolve_model
 from prfaas.specs.errors import SpecError, SpecFileError
 from prfaas.specs.files import read_yaml, validate
-from prfaas.specs.memory import instance_memory
+from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.timing import (
     AicEngine,
@@ -323,7 +323,8 @@ def _cluster(
     parallelism = default_parallelism(model, body.gpus_per_instance)
     timed = time_instance(model, chip, parallelism, timing)
     profile = timed.profile
-    cluster = Cluster(profile, body.num_gpus // body.gpus_per_instance, instance_memory(profile))
+    memory = instance_memory(profile, rule=startup_rule(timing))
+    cluster = Cluster(profile, body.num_gpus // body.gpus_per_instance, memory)
     return cluster, timed.fallback
 
 

@@ -61,10 +61,20 @@ class SchedulerConfig:
     burst_leave_s: float = 0.0
     can_move_cache: bool = True
 
+    def _profile(self, on_prfaas: bool) -> PerfProfile:
+        return self.prfaas_profile if on_prfaas and self.prfaas_profile else self.pd_profile
+
     def prefill_s(self, on_prfaas: bool, uncached_tokens: int) -> float:
-        """Estimated prefill time of `uncached_tokens` on either cluster's chips."""
-        profile = self.prfaas_profile if on_prfaas and self.prfaas_profile else self.pd_profile
-        return profile.prefill_s(max(1, uncached_tokens))
+        """Estimated prefill latency of `uncached_tokens` on either cluster's chips: how long
+        the request itself takes once it starts."""
+        return self._profile(on_prfaas).prefill_s(max(1, uncached_tokens))
+
+    def prefill_work_s(self, on_prfaas: bool, uncached_tokens: int) -> float:
+        """The instance time the request occupies, what the ledger queues: its latency over
+        the prompts the instance prefills at once (`PerfProfile.prefill_concurrency`), so an
+        instance's queued work is the wait before a request starts, as for one at a time."""
+        profile = self._profile(on_prfaas)
+        return self.prefill_s(on_prfaas, uncached_tokens) / profile.prefill_concurrency
 
     def kv_bytes(self, tokens: int) -> float:
         """KV + state bytes of a `tokens`-long context (the same model on both clusters)."""

@@ -91,6 +91,13 @@ class _Instance:
     ledger_s: float = 0.0
 
 
+def _work_s(profile: PerfProfile, tokens: int) -> float:
+    """A prefill's share of its instance: its latency over the prompts the instance runs at
+    once (attention-DP ranks), so an instance of d ranks replays as one server d x faster,
+    at its rate (the hits are what this replay times; the planner's TTFT is the latency)."""
+    return profile.prefill_s(tokens) / profile.prefill_concurrency
+
+
 def _place(
     candidates: list[_Instance], reuse: dict[InstanceId, int], input_tokens: int, slack: float
 ) -> _Instance:
@@ -99,7 +106,7 @@ def _place(
 
     def work_s(view: InstanceView) -> float:
         inst = by_id[view.instance_id]
-        return inst.ledger_s + inst.profile.prefill_s(input_tokens - reuse[view.instance_id])
+        return inst.ledger_s + _work_s(inst.profile, input_tokens - reuse[view.instance_id])
 
     chosen = choose_prefill(
         [i.view for i in candidates],
@@ -152,7 +159,7 @@ class _Replay:
             load_s = promotion_s(inst.pool, allocation.num_promoted_pages)
         hit = min(hit, job.request.input_tokens - 1)
         self.cached[job.seq] = hit
-        end_s = now_s + inst.profile.prefill_s(job.request.input_tokens - hit) + load_s
+        end_s = now_s + _work_s(inst.profile, job.request.input_tokens - hit) + load_s
         heapq.heappush(self.ends, (end_s, job.seq, position))
 
     def finish_until(self, now_s: float) -> None:
@@ -215,7 +222,7 @@ class _Replay:
         if moved > hits.get(chosen.view.instance_id, 0):
             chosen.pool.insert_prefix(cache_request, moved)
             self.publish(chosen)
-        estimate_s = chosen.profile.prefill_s(request.input_tokens - reuse[chosen.view.instance_id])
+        estimate_s = _work_s(chosen.profile, request.input_tokens - reuse[chosen.view.instance_id])
         chosen.ledger_s += estimate_s
         chosen.queue.append(_Job(seq, request, cache_request, moved, estimate_s))
         if len(chosen.queue) == 1:

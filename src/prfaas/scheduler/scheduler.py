@@ -122,7 +122,7 @@ class GlobalScheduler:
         self.ledger.dispatch(
             decision.request_id,
             decision.prefill_instance_id,
-            self.config.prefill_s(on_prfaas, decision.uncached_tokens),
+            self.config.prefill_work_s(on_prfaas, decision.uncached_tokens),
             decision.decode_instance_id,
             self.config.kv_bytes(request.input_tokens + request.output_tokens),
             first_token_s=first_token_s,

@@ -117,6 +117,10 @@ class LiveProfile:
     def source(self) -> str:
         return f"live: published by the instances ({self.timing.source})"
 
+    @property
+    def prefill_concurrency(self) -> int:
+        return 1  # an instance publishes the latency of its prefills, which it runs one by one
+
     def prefill_s(self, length_tokens: int) -> float:
         return self.timing.at(self.timing.prefill_s, length_tokens)
 

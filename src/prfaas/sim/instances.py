@@ -12,6 +12,9 @@ they are committed and pinned for transfer until the KV is delivered. With a dis
 the pool, the units of the hit promoted from disk are read at the tier's read rate before the
 first piece (`load_s`), and a hit whose load would cost more than its recompute is capped to
 its DRAM part (`scheduler.tiers`); demotions are written behind, off the request's path.
+An instance that prefills d prompts at once (`PerfProfile.prefill_concurrency`: its
+attention-DP ranks) runs d such steps side by side, one per lane, each over queued requests
+no other lane is running; a request runs on one lane at a time and costs its own latency there.
 
 Decode: the batch changes only at step boundaries. Between changes every member gains one token
 per step of T_decode(batch, mean context); the facet schedules one event at the next leave (or
@@ -51,6 +54,7 @@ class PrefillJob:
     start_s: float = 0.0
     cache_request: CacheRequest | None = None  # hashed once at arrival (None: no pool lookup)
     load_s: float = 0.0  # reading the hit's lower-tier units back before the first piece
+    is_in_step: bool = False  # a lane is computing a piece of it
 
 
 class PrefillHost(Protocol):
@@ -76,22 +80,27 @@ class PrefillFacet:
         self.chunk_tokens = chunk_tokens if max_batch_requests > 1 else 1 << 62
         self.max_batch_requests = max_batch_requests
         self.queue: deque[PrefillJob] = deque()
-        self.is_busy = False
-        self.busy_s = 0.0
+        self.num_lanes = profile.prefill_concurrency
+        self.busy_lanes = 0
+        self.busy_s = 0.0  # instance time busy: each lane's step counts 1 / num_lanes
         self._overhead_s = profile.prefill_s(1)
 
     @property
     def is_idle(self) -> bool:
         """Nothing running or queued. A job leaves the queue as it ends, before the host hears
-        of it and before the next step clears `is_busy`, so the queue alone says it: a role
+        of it and before its lane is freed, so the queue alone says it: a role
         flip that waits for the last job (`SimInstance.settle_flip`, called from the host's
         `prefill_finished`) would otherwise never see the facet idle."""
         return not self.queue
 
     def enqueue(self, job: PrefillJob) -> None:
         self.queue.append(job)
-        if not self.is_busy:
-            self._step()
+        self._fill()
+
+    def _fill(self) -> None:
+        """Start a step on every free lane that finds work."""
+        while self.busy_lanes < self.num_lanes and self._step():
+            pass
 
     def _begin(self, job: PrefillJob) -> None:
         request = job.request
@@ -114,29 +123,35 @@ class PrefillFacet:
             return self.profile.prefill_s(take) + job.load_s
         return self.profile.prefill_s(done + take) - self.profile.prefill_s(done)
 
-    def _step(self) -> None:
-        if not self.queue:
-            self.is_busy = False
-            return
+    def _step(self) -> bool:
+        """One step on a free lane over the queued requests no lane is running; False when
+        there are none."""
         budget, cost_s, starts = self.chunk_tokens, 0.0, 0
         pieces: list[tuple[PrefillJob, int]] = []
         for job in self.queue:
             if budget <= 0 or len(pieces) >= self.max_batch_requests:
                 break
+            if job.is_in_step:
+                continue
             if job.computed_tokens == 0:
                 self._begin(job)
                 starts += 1
             take = min(job.uncached_tokens - job.computed_tokens, budget)
             cost_s += self._piece_s(job, take)
             pieces.append((job, take))
+            job.is_in_step = True
             budget -= take
+        if not pieces:
+            return False
         cost_s -= self._overhead_s * max(0, starts - 1)
-        self.is_busy = True
-        self.busy_s += cost_s
+        self.busy_lanes += 1
+        self.busy_s += cost_s / self.num_lanes
         self.loop.schedule(self.loop.now_s + cost_s, EventPriority.COMPLETION, self._end, pieces)
+        return True
 
     def _end(self, pieces: list[tuple[PrefillJob, int]]) -> None:
         for job, take in pieces:
+            job.is_in_step = False
             job.computed_tokens += take
             if job.computed_tokens >= job.uncached_tokens:
                 self.queue.remove(job)
@@ -146,7 +161,8 @@ class PrefillFacet:
                     job.transfer_id = self.pool.begin_transfer(rid).transfer_id
                     self.pool.release(rid)
                 self.host.prefill_finished(job)
-        self._step()
+        self.busy_lanes -= 1  # after the host heard: what it enqueues waits for this lane
+        self._fill()
 
 
 @dataclass(slots=True)

@@ -37,6 +37,10 @@ class MemoProfile:
     def source(self) -> str:
         return self.profile.source
 
+    @property
+    def prefill_concurrency(self) -> int:
+        return self.profile.prefill_concurrency
+
     def prefill_s(self, length_tokens: int) -> float:
         value = self._prefill.get(length_tokens)
         if value is None:

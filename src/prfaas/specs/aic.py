@@ -6,15 +6,19 @@ system by summing per-operation latencies interpolated from kernel measurements 
 attention, MoE, all-reduce and all-to-all) collected per engine (SGLang, vLLM, TensorRT-LLM)
 and engine version. We ask it, per instance, for:
 
-    T_prefill(l)          predict_prefill_latency(batch = 1, isl = l) / dp
+    T_prefill(l)          predict_prefill_latency(batch = 1, isl = l)     one request's latency
+    prefill concurrency   dp                                              prompts at once
     T_step(batch, c)      decode_step_latency(ceil(batch / dp), isl = c, osl = 2)
 
-aiconfigurator's batch is per attention-data-parallel rank (its backends report the global
-batch as batch x attention_dp_size), so an instance with dp ranks prefills dp requests at once
-in the latency of one per rank, and decodes a batch of B as dp ranks of B / dp each. The
-per-request prefill time is that latency over dp: the rate the planner's Eq. 3-4 need (a
-request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l) stays our
-`ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
+aiconfigurator's batch is per attention-data-parallel rank: its backends report the global
+batch (its `concurrency`) as batch x attention_dp_size, a prefill worker's TTFT as the context
+latency of that per-rank batch, and its rate as global batch / latency
+(`BaseBackend`'s static-mode summary, aiconfigurator-core 0.12.0). So an instance with dp ranks
+prefills dp prompts at once, each on one rank with the experts shared: one prompt's TTFT is
+one rank's latency at batch 1, and the instance's rate is dp of them per that latency
+(`PerfProfile.prefill_concurrency`; before, T_prefill was that latency over dp, right for the
+rate and dp x short for the TTFT). A decode batch of B runs as dp ranks of B / dp each.
+S_kv(l) stays our `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
 
 Coverage is decided here, once per (model, chip, engine): the chip must have a system in
 aiconfigurator's data (`h200` -> `h200_sxm`) with data for the engine, and the model's Hugging
@@ -147,6 +151,11 @@ class AicProfile:
         return self.split.num_gpus
 
     @property
+    def prefill_concurrency(self) -> int:
+        """The attention-DP ranks, each prefilling its own prompt (module docstring)."""
+        return self.split.dp
+
+    @property
     def source(self) -> str:
         return (
             f"aiconfigurator {aic_version()} ({self.engine} {self.data_version} data, "
@@ -160,7 +169,7 @@ class AicProfile:
         value = self._prefill.get(length_tokens)
         if value is None:
             rank_ms = self._handle().predict_prefill_latency(1, length_tokens)
-            value = self._prefill[length_tokens] = rank_ms / 1e3 / self.split.dp
+            value = self._prefill[length_tokens] = rank_ms / 1e3
         return value
 
     def cache_bytes(self, length_tokens: int) -> float:

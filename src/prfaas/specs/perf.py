@@ -37,7 +37,15 @@ from prfaas.specs.model import ModelSpec, MoeMlp
 
 
 class PerfProfile(Protocol):
-    """What the planner, simulator and emulated engines need to know about an instance."""
+    """What the planner, simulator and emulated engines need to know about an instance.
+
+    `prefill_s(l)` is one request's prefill latency on an idle instance (its TTFT there), and
+    the instance runs up to `prefill_concurrency` such prefills at once: an instance of dp
+    attention-data-parallel ranks prefills one prompt per rank, the experts shared
+    (`specs.aic`). Its prefill rate is therefore prefill_concurrency / prefill_s(l), which is
+    what Eq. 3-4 read; the roofline and measured profiles prefill one request at a time
+    (concurrency 1), so for them the latency and the rate are the same number, as in the paper.
+    """
 
     @property
     def model(self) -> ModelSpec: ...
@@ -50,6 +58,9 @@ class PerfProfile(Protocol):
 
     @property
     def source(self) -> str: ...
+
+    @property
+    def prefill_concurrency(self) -> int: ...
 
     def prefill_s(self, length_tokens: int) -> float: ...
 
@@ -73,6 +84,10 @@ class RooflineProfile:
     @property
     def source(self) -> str:
         return "roofline"
+
+    @property
+    def prefill_concurrency(self) -> int:
+        return 1  # the roofline times the instance as one prefill at a time
 
     def _compute_s(self, matmul_flops: float, mixing_flops: float) -> float:
         cal = self.chip.calibration
@@ -167,6 +182,10 @@ class MeasuredProfile:
     def source(self) -> str:
         return f"measured ({self.reference})"
 
+    @property
+    def prefill_concurrency(self) -> int:
+        return 1  # the measured points are one prompt on the whole instance
+
     def prefill_s(self, length_tokens: int) -> float:
         return self.prefill(length_tokens)
 
@@ -181,5 +200,7 @@ class MeasuredProfile:
 
 
 def kv_throughput_gbps(profile: PerfProfile, length_tokens: int) -> float:
-    """Phi_kv(l) = S_kv(l) / T_prefill(l) (paper Eq. 1), in Gbps (10^9 bit/s)."""
-    return profile.cache_bytes(length_tokens) * 8 / profile.prefill_s(length_tokens) / 1e9
+    """Phi_kv(l) = S_kv(l) / T_prefill(l) (paper Eq. 1), in Gbps (10^9 bit/s), per instance:
+    times the prefills it runs at once (`PerfProfile.prefill_concurrency`)."""
+    per_request = profile.cache_bytes(length_tokens) * 8 / profile.prefill_s(length_tokens) / 1e9
+    return profile.prefill_concurrency * per_request
