@@ -45,12 +45,15 @@ def sample_lengths(max_tokens: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class PrefillTiming:
-    """Prefill seconds and KV bytes at sampled lengths (as an instance's wall clock sees them)."""
+    """Prefill seconds and KV bytes at sampled lengths (as an instance's wall clock sees them):
+    one prompt's latency, and how many prompts the instance prefills at once (an attention-DP
+    instance: one per rank; `PerfProfile.prefill_concurrency`)."""
 
     source: str
     lengths_tokens: tuple[int, ...]
     prefill_s: tuple[float, ...]
     cache_bytes: tuple[float, ...]
+    concurrency: int = 1
 
     def __post_init__(self) -> None:
         n = len(self.lengths_tokens)
@@ -66,6 +69,7 @@ class PrefillTiming:
         max_tokens: int,
         prefill_s: Callable[[int], float],
         cache_bytes: Callable[[int], float],
+        concurrency: int = 1,
     ) -> PrefillTiming:
         lengths = sample_lengths(max(2, max_tokens))
         return cls(
@@ -73,6 +77,7 @@ class PrefillTiming:
             lengths,
             tuple(prefill_s(n) for n in lengths),
             tuple(cache_bytes(n) for n in lengths),
+            concurrency,
         )
 
     @classmethod
@@ -119,7 +124,7 @@ class LiveProfile:
 
     @property
     def prefill_concurrency(self) -> int:
-        return 1  # an instance publishes the latency of its prefills, which it runs one by one
+        return self.timing.concurrency
 
     def prefill_s(self, length_tokens: int) -> float:
         return self.timing.at(self.timing.prefill_s, length_tokens)
@@ -147,5 +152,6 @@ def published_profile(timing: p.TimingBody | None, info: p.InstanceInfo) -> Live
             tuple(timing.lengths_tokens),
             tuple(timing.prefill_s),
             tuple(timing.cache_bytes),
+            timing.prefill_concurrency,
         )
     )

@@ -122,12 +122,14 @@ class CacheIdentityBody(_Body):
 
 
 class TimingBody(_Body):
-    """Prefill seconds and KV bytes at sampled lengths (`serve.profile.PrefillTiming`)."""
+    """Prefill seconds and KV bytes at sampled lengths (`serve.profile.PrefillTiming`): one
+    prompt's latency, and the prompts the instance prefills at once."""
 
     source: str
     lengths_tokens: list[int]
     prefill_s: list[float]
     cache_bytes: list[float]
+    prefill_concurrency: int = Field(default=1, ge=1)
 
 
 class CapabilitiesBody(_Body):

@@ -8,7 +8,10 @@ processes, sockets, router and hybrid-pool bookkeeping (docs/architecture.md):
              profile.prefill_s(uncached) x time_factor in num_layers equal steps, and after each
              step hand over that layer's slice; the slices of one request add up to
              round(profile.cache_bytes(prompt) x byte_factor) bytes, split over layers by the
-             model's own per-group bytes (attention KV grows with the prompt, states do not)
+             model's own per-group bytes (attention KV grows with the prompt, states do not);
+             up to profile.prefill_concurrency prefills at once (an attention-DP instance's
+             ranks, each prefilling one prompt at its latency: docs/planner.md), first come
+             first served, as the simulator's lanes
     decode   continuous batching: admit what the pool and `max_batch_size` allow, then each
              step sleeps profile.decode_step_s(batch, mean context) x time_factor and emits one
              token per running request
@@ -178,6 +181,7 @@ class EmulatedBackend:
                 self.emulation.max_context_tokens,
                 lambda n: self.profile.prefill_s(n) * self.emulation.time_factor,
                 self.scaled_kv_bytes,
+                self.profile.prefill_concurrency,
             ),
             capabilities=Capabilities(
                 has_disk_tier=self.disk.tier is not None,
@@ -198,7 +202,7 @@ class EmulatedBackend:
         self._wake: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._events = EventLog()
-        self._prefilling: str | None = None  # the request whose prefill runs
+        self._prefilling: set[str] = set()  # the requests whose prefills run (one per lane)
         self._step_due_s: float | None = None  # when the decode step in progress ends
 
     # --- lifecycle and the small things --------------------------------------------------
@@ -207,8 +211,9 @@ class EmulatedBackend:
         self._prefills = asyncio.Queue()
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
+        lanes = self.profile.prefill_concurrency  # an attention-DP instance: one per rank
         self._tasks = [
-            loop.create_task(self._prefill_loop()),
+            *(loop.create_task(self._prefill_loop()) for _ in range(lanes)),
             loop.create_task(self._decode_loop()),
         ]
 
@@ -264,14 +269,15 @@ class EmulatedBackend:
             job = await self._prefills.get()
             if job.request_id not in self._prefill_ids:
                 continue  # cancelled while it queued
-            self._prefilling = job.request_id
+            self._prefilling.add(job.request_id)
+            self._publish()  # running now, not waiting
             try:
                 await self._prefill(job)
             except Exception as err:
                 job.out.put_nowait(err)
             finally:
                 self._prefill_ids.discard(job.request_id)
-                self._prefilling = None
+                self._prefilling.discard(job.request_id)
                 self._publish()
 
     async def _prefill(self, job: _Prefill) -> None:
@@ -429,10 +435,10 @@ class EmulatedBackend:
 
     def _publish(self) -> None:
         self._events.extend(self.pool.take_events())
-        queued = len(self._prefill_ids - {self._prefilling})  # not the cancelled ones
+        queued = len(self._prefill_ids - self._prefilling)  # not the cancelled ones
         admitted = sum(1 for j in self._decodes.values() if j.is_admitted)
         self.num_waiting = queued + len(self._decodes) - admitted
-        self.num_running = admitted + int(self._prefilling is not None)
+        self.num_running = admitted + len(self._prefilling)
         pool = self.pool.pool
         self.free_pages = pool.num_free_pages
         self.held_pages = pool.num_pages - pool.num_free_pages - pool.num_evictable_pages

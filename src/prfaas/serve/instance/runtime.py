@@ -217,6 +217,7 @@ def _timing(facts: BackendInfo) -> p.TimingBody:
         lengths_tokens=list(timing.lengths_tokens),
         prefill_s=list(timing.prefill_s),
         cache_bytes=list(timing.cache_bytes),
+        prefill_concurrency=timing.concurrency,
     )
 
 
