@@ -16,10 +16,10 @@ per-request prefill time is that latency over dp: the rate the planner's Eq. 3-4
 request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l) stays our
 `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
 
-Coverage is decided here, once per (model, chip, engine): the chip must have a system in
-aiconfigurator's data (`h200` -> `h200_sxm`) with data for the engine, and the model's Hugging
-Face id must be one of aiconfigurator's model configs. Anything else returns the reason, and
-`specs.timing` falls back to the roofline with one line.
+Coverage is decided here, once per (model, chip, engine): the chip must name a system of
+aiconfigurator's (`ChipSpec.aic_system`: `h200` -> `h200_sxm`) with data for the engine, and
+the model's Hugging Face id must be one of aiconfigurator's model configs. Anything else
+returns the reason, and `specs.timing` falls back to the roofline with one line.
 """
 
 from __future__ import annotations
@@ -54,15 +54,20 @@ def aic_version() -> str | None:
         return None
 
 
-def aic_system(chip: ChipSpec) -> str | None:
-    """aiconfigurator's system for a catalog chip (`h200` -> `h200_sxm`), None if it has none."""
+@cache
+def aic_systems() -> tuple[str, ...]:
+    """The systems the installed aiconfigurator describes (with or without kernel data: see
+    `data_version`), empty when the extra is not installed."""
     root = _package_dir()
     if root is None:
-        return None
-    for name in (f"{chip.name}_sxm", chip.name):
-        if (root / "systems" / "data" / name).is_dir():
-            return name
-    return None
+        return ()
+    return tuple(sorted(p.name for p in (root / "systems" / "data").iterdir() if p.is_dir()))
+
+
+def aic_system(chip: ChipSpec) -> str | None:
+    """aiconfigurator's system for a chip, as the chip names it (`aic_system:` in chips.yaml or
+    a scenario's `chips:`), None when it names none or the installed aiconfigurator lacks it."""
+    return chip.aic_system if chip.aic_system in aic_systems() else None
 
 
 def _canonical(hf_id: str) -> str:
