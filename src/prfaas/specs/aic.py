@@ -18,8 +18,9 @@ request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l) stay
 
 Coverage is decided here, once per (model, chip, engine): the chip must name a system of
 aiconfigurator's (`ChipSpec.aic_system`: `h200` -> `h200_sxm`) with data for the engine, and
-the model's Hugging Face id must be one of aiconfigurator's model configs. Anything else
-returns the reason, and `specs.timing` falls back to the roofline with one line.
+the model must be one of aiconfigurator's model configs: a catalog model by its Hugging Face
+id, a model read from a config.json by its shapes (`specs.aic_match`). Anything else returns
+the reason, and `specs.timing` falls back to the roofline with one line.
 """
 
 from __future__ import annotations
@@ -91,7 +92,12 @@ def _aic_models() -> dict[str, str]:
 
 
 def aic_model_id(model: ModelSpec) -> str | None:
-    """aiconfigurator's id of a catalog model, None for a model it does not have."""
+    """aiconfigurator's id of a model: a catalog model's by its Hugging Face id, a model read
+    from a config.json by its shapes (`specs.aic_match`); None for a model it does not have."""
+    if model.config_path is not None:
+        from prfaas.specs.aic_match import matching_model_id
+
+        return matching_model_id(model.config_path, model.name)
     if model.name not in model_names():
         return None
     hf_id = catalog_model(model.name).hf_id
@@ -155,8 +161,12 @@ class AicProfile:
     def source(self) -> str:
         return (
             f"aiconfigurator {aic_version()} ({self.engine} {self.data_version} data, "
-            f"{self.system}, {self.split.label()})"
+            f"{self.system}, {self.split.label()}{self._matched()})"
         )
+
+    def _matched(self) -> str:
+        """Which bundled model a config.json was matched to (`specs.aic_match`), if one was."""
+        return "" if self.model.config_path is None else f", as {self.model_id}"
 
     def _handle(self) -> Any:
         return _engine(self.model_id, self.system, self.engine, self.split)
