@@ -1,5 +1,6 @@
-"""NVIDIA aiconfigurator's measured kernel data as a `PerfProfile`: the only module that imports
-`aiconfigurator_core` (the optional `prfaas[aic]` extra), and only when a plan asks for it.
+"""NVIDIA aiconfigurator's measured kernel data as a `PerfProfile`: with `specs.aic_match` (which
+of its models a config.json is), the only modules that import `aiconfigurator_core` (the
+optional `prfaas[aic]` extra), and only when a plan asks for it.
 
 aiconfigurator (`aiconfigurator-core` on PyPI, the planner of NVIDIA Dynamo) times a model on a
 system by summing per-operation latencies interpolated from kernel measurements (GEMMs,
