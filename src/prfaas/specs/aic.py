@@ -17,11 +17,12 @@ per-request prefill time is that latency over dp: the rate the planner's Eq. 3-4
 request's TTFT is then understated by up to dp x; docs/planner.md). S_kv(l) stays our
 `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
 
-Coverage is decided here, once per (model, chip, engine): the chip must name a system of
-aiconfigurator's (`ChipSpec.aic_system`: `h200` -> `h200_sxm`) with data for the engine, and
-the model must be one of aiconfigurator's model configs: a catalog model by its Hugging Face
-id, a model read from a config.json by its shapes (`specs.aic_match`). Anything else returns
-the reason, and `specs.timing` falls back to the roofline with one line.
+Coverage is decided here, once per (model, chip, engine): the chip must have a system in
+aiconfigurator's data, the one it names (`ChipSpec.aic_system`: `h200` -> `h200_sxm`), with
+data for the engine, and the model must be one of aiconfigurator's model configs: a catalog
+model by its Hugging Face id, a model read from a config.json by its shapes
+(`specs.aic_match`). Anything else returns the reason, and `specs.timing` falls back to the
+roofline with one line.
 """
 
 from __future__ import annotations
