@@ -1,5 +1,6 @@
-"""NVIDIA aiconfigurator's measured kernel data as a `PerfProfile`: the only module that imports
-`aiconfigurator_core` (the optional `prfaas[aic]` extra), and only when a plan asks for it.
+"""NVIDIA aiconfigurator's measured kernel data as a `PerfProfile`: with `specs.aic_match` (which
+of its models a config.json is), the only modules that import `aiconfigurator_core` (the
+optional `prfaas[aic]` extra), and only when a plan asks for it.
 
 aiconfigurator (`aiconfigurator-core` on PyPI, the planner of NVIDIA Dynamo) times a model on a
 system by summing per-operation latencies interpolated from kernel measurements (GEMMs,
@@ -21,9 +22,11 @@ rate and dp x short for the TTFT). A decode batch of B runs as dp ranks of B / d
 S_kv(l) stays our `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
 
 Coverage is decided here, once per (model, chip, engine): the chip must have a system in
-aiconfigurator's data (`h200` -> `h200_sxm`) with data for the engine, and the model's Hugging
-Face id must be one of aiconfigurator's model configs. Anything else returns the reason, and
-`specs.timing` falls back to the roofline with one line.
+aiconfigurator's data, the one it names (`ChipSpec.aic_system`: `h200` -> `h200_sxm`), with
+data for the engine, and the model must be one of aiconfigurator's model configs: a catalog
+model by its Hugging Face id, a model read from a config.json by its shapes
+(`specs.aic_match`). Anything else returns the reason, and `specs.timing` falls back to the
+roofline with one line.
 """
 
 from __future__ import annotations
@@ -58,15 +61,20 @@ def aic_version() -> str | None:
         return None
 
 
-def aic_system(chip: ChipSpec) -> str | None:
-    """aiconfigurator's system for a catalog chip (`h200` -> `h200_sxm`), None if it has none."""
+@cache
+def aic_systems() -> tuple[str, ...]:
+    """The systems the installed aiconfigurator describes (with or without kernel data: see
+    `data_version`), empty when the extra is not installed."""
     root = _package_dir()
     if root is None:
-        return None
-    for name in (f"{chip.name}_sxm", chip.name):
-        if (root / "systems" / "data" / name).is_dir():
-            return name
-    return None
+        return ()
+    return tuple(sorted(p.name for p in (root / "systems" / "data").iterdir() if p.is_dir()))
+
+
+def aic_system(chip: ChipSpec) -> str | None:
+    """aiconfigurator's system for a chip, as the chip names it (`aic_system:` in chips.yaml or
+    a scenario's `chips:`), None when it names none or the installed aiconfigurator lacks it."""
+    return chip.aic_system if chip.aic_system in aic_systems() else None
 
 
 def _canonical(hf_id: str) -> str:
@@ -90,7 +98,12 @@ def _aic_models() -> dict[str, str]:
 
 
 def aic_model_id(model: ModelSpec) -> str | None:
-    """aiconfigurator's id of a catalog model, None for a model it does not have."""
+    """aiconfigurator's id of a model: a catalog model's by its Hugging Face id, a model read
+    from a config.json by its shapes (`specs.aic_match`); None for a model it does not have."""
+    if model.config_path is not None:
+        from prfaas.specs.aic_match import matching_model_id
+
+        return matching_model_id(model.config_path, model.name)
     if model.name not in model_names():
         return None
     hf_id = catalog_model(model.name).hf_id
@@ -159,8 +172,12 @@ class AicProfile:
     def source(self) -> str:
         return (
             f"aiconfigurator {aic_version()} ({self.engine} {self.data_version} data, "
-            f"{self.system}, {self.split.label()})"
+            f"{self.system}, {self.split.label()}{self._matched()})"
         )
+
+    def _matched(self) -> str:
+        """Which bundled model a config.json was matched to (`specs.aic_match`), if one was."""
+        return "" if self.model.config_path is None else f", as {self.model_id}"
 
     def _handle(self) -> Any:
         return _engine(self.model_id, self.system, self.engine, self.split)

@@ -37,3 +37,6 @@ class ChipSpec:
     hbm_bytes_per_s: float
     relative_price: float
     calibration: RooflineCalibration
+    #: aiconfigurator's system holding this chip's kernel data (`h200_sxm`), None when it has
+    #: none: the `aic` timing source times the chip only through it (`specs.aic`).
+    aic_system: str | None = None

@@ -128,6 +128,7 @@ class ChipFile(BaseModel):
     prefill_overhead_s: float = Field(ge=0)
     decode_mbu: float = Field(gt=0, le=1)
     decode_overhead_s: float = Field(ge=0)
+    aic_system: str | None = Field(default=None, pattern=r"^[a-z0-9_]+$")
     sources: dict[str, str] = Field(default_factory=dict)
 
     def to_spec(self, name: str) -> ChipSpec:
@@ -145,6 +146,7 @@ class ChipFile(BaseModel):
                 decode_mbu=self.decode_mbu,
                 decode_overhead_s=self.decode_overhead_s,
             ),
+            aic_system=self.aic_system,
         )
 
 

@@ -11,6 +11,7 @@ Supported `model_type`s: see `SUPPORTED_MODEL_TYPES`. Anything else raises
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -827,4 +828,4 @@ def load_hf_config(path: Path) -> ModelSpec:
         name = file.parent.resolve().name
     else:
         name = path.stem
-    return model_from_hf_config(raw, name)
+    return dataclasses.replace(model_from_hf_config(raw, name), config_path=file.resolve())

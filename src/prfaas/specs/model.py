@@ -21,8 +21,9 @@ Callers: the catalog and the HF-config reader build these; `perf` turns FLOPs in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 #: Chunk length of chunked linear-attention kernels (fla / SGLang use 64). Only used to estimate
 #: the intra-chunk FLOPs of linear layers, which are small next to the matmuls.
@@ -295,6 +296,10 @@ class ModelSpec:
     #: hybrids (falcon_h1) hold two mixers in one layer; Nemotron-H and Mamba2 have layers
     #: without an MLP, Nemotron-H layers without a mixer.
     num_blocks: int = 0
+    #: The Hugging Face config.json it was read from (None: a catalog or model-file model):
+    #: where aiconfigurator's timing looks up its shapes (`specs.aic_match`). Provenance, not
+    #: architecture, so two specs of one architecture still compare equal.
+    config_path: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         mixer_layers = sum(g.num_layers for g in self.mixers)
