@@ -77,6 +77,10 @@ def _with(field: str, value: Any) -> dict[str, Any]:
         (_with("aic_system", "H100 SXM"), r"chips.h100-nvl.aic_system: String should match"),
         (_with("colour", "green"), r"chips.h100-nvl.colour: Extra inputs are not permitted"),
         ({"h200": H100_NVL}, r"chips.h200: the catalog has a chip 'h200'; name yours otherwise"),
+        (
+            {"h100-nvl": H100_NVL, "H100-NVL": H100_NVL},
+            r"chips\.(h100-nvl|H100-NVL): another chip here has this name \(names ignore case\)",
+        ),
         ({"h100-sxm5": H100_NVL}, r"pd.chip: unknown chip 'H100-NVL' .*; or describe it under"),
     ],
 )

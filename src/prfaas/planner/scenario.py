@@ -45,8 +45,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from prfaas.planner.model import Cluster, Hardware
-from prfaas.specs.catalog import chip_names, get_chip, resolve_model
+from prfaas.specs.catalog import resolve_model
 from prfaas.specs.chip import ChipSpec
+from prfaas.specs.described_chips import described_chips, resolve_chip
 from prfaas.specs.errors import SpecError, SpecFileError
 from prfaas.specs.files import ChipFile, read_yaml, validate
 from prfaas.specs.memory import instance_memory, startup_rule
@@ -301,7 +302,7 @@ class ScenarioFile(_Strict):
     arrivals: ArrivalsFile | None = None
     link: LinkFile | None = None
     simulation: SimulationFile | None = None
-    #: Chips the catalog lacks, by name, each as chips.yaml describes one (`_scenario_chips`).
+    #: Chips the catalog lacks, by name, each as chips.yaml describes one (specs.described_chips).
     chips: dict[str, ChipFile] = Field(default_factory=dict)
 
 
@@ -318,35 +319,12 @@ class Scenario:
     timing_notes: tuple[str, ...] = ()  # one line per cluster the chosen source could not time
 
 
-def _scenario_chips(body: ScenarioFile, where: str) -> dict[str, ChipSpec]:
-    """The scenario's own chips by (lower-case) name. A catalog chip's name is refused (one
-    chip per name, so a plan's line names what it ran on), and so is an `aic_system` that the
-    installed aiconfigurator lacks (none installed: not checked, the timing says so)."""
-    from prfaas.specs.aic import aic_systems  # imports aiconfigurator where a chip names one
-
-    chips = {}
-    for name, chip in body.chips.items():
-        key = f"{where}: chips.{name}"
-        if name.lower() in chip_names():
-            raise SpecFileError(f"{key}: the catalog has a chip {name!r}; name yours otherwise")
-        systems = aic_systems() if chip.aic_system is not None else ()
-        if systems and chip.aic_system not in systems:
-            raise SpecFileError(
-                f"{key}.aic_system: {chip.aic_system!r} is not one of aiconfigurator's systems "
-                f"({', '.join(systems)})"
-            )
-        chips[name.lower()] = chip.to_spec(name.lower())
-    return chips
-
-
 def _chip(name: str, chips: dict[str, ChipSpec], where: str) -> ChipSpec:
     """A cluster's chip: the scenario's own (`chips:`) or the catalog's."""
-    if name.lower() in chips:
-        return chips[name.lower()]
     try:
-        return get_chip(name)
+        return resolve_chip(name, chips)
     except SpecError as err:
-        raise SpecFileError(f"{where}.chip: {err}; or describe it under chips:") from None
+        raise SpecFileError(f"{where}.chip: {err}") from None
 
 
 def _cluster(
@@ -404,7 +382,7 @@ def build_scenario(body: ScenarioFile, base_dir: Path, where: str) -> Scenario:
     except SpecError as err:
         raise SpecFileError(f"{where}: model: {err}") from None
     timing = body.timing.to_choice()
-    chips = _scenario_chips(body, where)
+    chips = described_chips(body.chips, f"{where}: chips")
     prfaas_chip = _chip(body.prfaas.chip, chips, f"{where}: prfaas")
     pd_chip = _chip(body.pd.chip, chips, f"{where}: pd")
     prfaas, prfaas_note = _cluster(model, body.prfaas, prfaas_chip, timing)

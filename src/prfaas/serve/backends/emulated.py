@@ -63,7 +63,7 @@ from prfaas.serve.backends.interface import (
 from prfaas.serve.config.deployment import Deployment, InstanceSpec
 from prfaas.serve.errors import BadRequestError, InstanceFailedError
 from prfaas.serve.profile import PrefillTiming
-from prfaas.specs.catalog import get_chip, get_model
+from prfaas.specs.catalog import get_model
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.perf import PerfProfile
 from prfaas.specs.timing import TimingChoice, time_instance
@@ -105,16 +105,16 @@ def layer_bytes(model: ModelSpec, num_tokens: int, total_bytes: int) -> list[tup
 
 
 def instance_profile(deployment: Deployment, spec: InstanceSpec) -> PerfProfile:
-    """What times the emulated instance `spec`: the file's timing source (default: the
-    roofline, the catalog's measured points where it has them) at the instance's split, as
-    the plan timed it (`specs.timing.time_instance`, the planner's entry point). A source that
-    cannot time it (aiconfigurator not installed, a chip it has no data for) gives the
-    roofline and one logged line, as the planner prints one."""
-    assert spec.chip is not None  # config validation guarantees it
+    """What times the emulated instance `spec`: its chip (the file's `chips:`, else the
+    catalog's) by the file's timing source (default: the roofline, the catalog's measured
+    points where it has them) at the instance's split, as the plan timed it
+    (`specs.timing.time_instance`, the planner's entry point). A source that cannot time it
+    (aiconfigurator not installed, a chip it has no data for) gives the roofline and one
+    logged line, as the planner prints one."""
     split = deployment.split_of(spec)
     assert split is not None  # an emulated deployment's model is a catalog model (validated)
     choice = spec.timing.choice() if spec.timing is not None else TimingChoice()
-    timed = time_instance(get_model(deployment.model), get_chip(spec.chip), split, choice)
+    timed = time_instance(get_model(deployment.model), deployment.chip_of(spec), split, choice)
     if timed.fallback is not None:
         log.warning("instance %s: %s", spec.name, timed.fallback)
     return timed.profile

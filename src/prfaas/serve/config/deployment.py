@@ -15,10 +15,11 @@ of them (`prfaas up`). Ports set to 0 are picked free at launch (single-host onl
       - {name: pdd-0, role: pd-decode, cluster: pd}
 
 Instances run the `torch` backend (real model compute) by default; `backend: emulated` with a
-`chip` runs a catalog model (`model: prfaas-1t`) without compute, timed by its `timing`
-source at its `parallelism` split (serve.config.parallelism_spec) x `emulation.time_factor`,
-shipping its KV x `emulation.byte_factor` (serve.backends.emulated, docs/serving.md). One
-deployment uses one backend: their KV cannot be exchanged.
+`chip` (the catalog's, or one the file describes under `chips:` as a scenario does:
+specs.described_chips) runs a catalog model (`model: prfaas-1t`) without compute, timed by
+its `timing` source at its `parallelism` split (serve.config.parallelism_spec) x
+`emulation.time_factor`, shipping its KV x `emulation.byte_factor` (serve.backends.emulated,
+docs/serving.md). One deployment uses one backend: their KV cannot be exchanged.
 
 The secret comes from the file's `secret` or `PRFAAS_TRANSFER_SECRET` (transfer.config); when
 neither is set the launcher generates one per run and hands it to its children in that variable.
@@ -58,8 +59,11 @@ from prfaas.serve.config.parallelism_spec import (
 )
 from prfaas.serve.config.vllm_spec import VllmSpec
 from prfaas.serve.errors import DeploymentError
-from prfaas.specs.catalog import get_chip, get_model, model_names, resolve_model
+from prfaas.specs.catalog import get_model, model_names, resolve_model
+from prfaas.specs.chip import ChipSpec
+from prfaas.specs.described_chips import described_chips, resolve_chip
 from prfaas.specs.errors import SpecError
+from prfaas.specs.files import ChipFile
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.timing import Parallelism, default_parallelism
 from prfaas.transfer.config import SECRET_ENV_VAR, TlsConfig
@@ -251,7 +255,7 @@ class InstanceSpec(_Strict):
     capacity_mib: int = Field(default=64, gt=0)
     max_batch_size: int = Field(default=16, gt=0)
     backend: Backend = Backend.TORCH
-    chip: str | None = None  # emulated only: the catalog chip whose PerfProfile times it
+    chip: str | None = None  # emulated only: the chip that times it (`Deployment.chip_of`)
     gpus_per_instance: int = Field(default=8, gt=0)
     # emulated and vllm: the split of the GPUs (serve.config.parallelism_spec); None: the default
     parallelism: ParallelismSpec | None = None
@@ -289,11 +293,7 @@ class InstanceSpec(_Strict):
             return self
         if self.chip is None:
             raise ValueError("an emulated instance needs a chip (e.g. h200, h20)")
-        try:
-            get_chip(self.chip)
-        except SpecError as err:
-            raise ValueError(str(err)) from None
-        return self
+        return self  # which chip it names: the deployment's `chips:`, else the catalog's
 
     @property
     def url(self) -> str:
@@ -322,6 +322,9 @@ class Deployment(_Strict):
     tls: TlsSpec | None = None  # None: plain TCP (the HMAC handshake still authenticates)
     supervisor: SupervisorSpec = SupervisorSpec()
     vllm: VllmSpec = VllmSpec()  # backend: vllm instances (serve.config.vllm_spec)
+    # Chips the catalog lacks, as a scenario's `chips:` (specs.described_chips): what an
+    # emulated instance's `chip` may name besides the catalog's
+    chips: dict[str, ChipFile] = Field(default_factory=dict)
     instances: tuple[InstanceSpec, ...]
 
     @field_validator("policy")
@@ -340,6 +343,27 @@ class Deployment(_Strict):
             raise ValueError(f"emulated instances need a catalog model (known: {known})")
         if Backend.VLLM in backends and not Path(self.model).is_dir():
             raise ValueError(f"vllm instances need a local model directory, not {self.model!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _chips_known(self) -> Deployment:
+        """The file's own chips pass a scenario's checks, and every instance's chip is one of
+        them or the catalog's (the instances naming one unknown chip: one line)."""
+        try:
+            chips = described_chips(self.chips, "chips")
+        except SpecError as err:
+            raise ValueError(str(err)) from None
+        unknown: dict[str, list[str]] = {}
+        for spec in self.instances:
+            if spec.chip is None:
+                continue
+            try:
+                resolve_chip(spec.chip, chips)
+            except SpecError as err:
+                unknown.setdefault(str(err), []).append(spec.name)
+        if unknown:
+            lines = [f"instance {', '.join(names)}: chip: {err}" for err, names in unknown.items()]
+            raise ValueError("; ".join(lines))
         return self
 
     @model_validator(mode="after")
@@ -380,6 +404,13 @@ class Deployment(_Strict):
         if spec.backend is Backend.VLLM or self.model not in model_names():
             return None
         return default_parallelism(get_model(self.model), spec.gpus_per_instance)
+
+    def chip_of(self, spec: InstanceSpec) -> ChipSpec:
+        """The chip that times the emulated instance `spec`: the file's `chips:` by that name,
+        else the catalog's (validated when the file loaded)."""
+        if spec.chip is None:
+            raise DeploymentError(f"instance {spec.name} names no chip (emulated instances do)")
+        return resolve_chip(spec.chip, described_chips(self.chips, "chips"))
 
     def instance(self, name: str) -> InstanceSpec:
         for spec in self.instances:

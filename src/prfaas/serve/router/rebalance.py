@@ -75,10 +75,12 @@ def instance_shape(deployment: Deployment, spec: InstanceSpec) -> str:
     """What a role's instances must share to swap roles: the chip, the GPUs per instance and
     their split (`prfaas plan --search-parallelism` may give PD-P and PD-D different ones),
     e.g. `8 x h200 tp1 ep8 dp8`; a vllm instance without `parallelism` runs the engine's
-    defaults (no split to compare)."""
+    defaults (no split to compare). The chip is the one the name resolves to (the file's
+    `chips:`, else the catalog's), so two spellings of one chip are one shape."""
     split = deployment.split_of(spec)
     label = "" if split is None else f" {split.label()}"
-    return f"{spec.gpus_per_instance} x {spec.chip or 'gpu'}{label}"
+    chip = "gpu" if spec.chip is None else deployment.chip_of(spec).name
+    return f"{spec.gpus_per_instance} x {chip}{label}"
 
 
 def _check_shape(rt: RouterRuntime, inst: LiveInstance, to_role: InstanceRole) -> None:
