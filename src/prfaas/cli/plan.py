@@ -335,5 +335,5 @@ def command(
         for path in _write_plots(chosen.report, plot_dir):
             typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)
     if deployment_out is not None:
-        write_deployment(chosen.report, resolved.hardware, deployment_out)
+        write_deployment(chosen.report, resolved.hardware, body.chips, deployment_out)
         typer.echo(f"wrote {deployment_out}", err=fmt is not Format.TABLE)

@@ -5,7 +5,9 @@ One instance per planned PrfaaS prefill, PD-P and PD-D instance, each with the c
 per instance, split of those GPUs (`parallelism: {tp, dp, ep}`) and timing source (`timing:
 {source, engine}`) of its cluster and role, as the plan (and its parallelism search) timed
 them, so the emulated instances `prfaas up` starts are timed as planned; the plan's
-threshold, the scenario's link and decode SLO; ports 0 (picked free at launch). A plan whose
+threshold, the scenario's link and decode SLO; ports 0 (picked free at launch). A chip the
+scenario describes itself (its `chips:`) is written into the file's `chips:` as the scenario
+gave it, so `prfaas up` times the instances on it as the plan did. A plan whose
 PD-P and PD-D instances have different shapes is written with the slow loop off
 (`rebalance.enabled: false`): the loop flips PD instances between the roles and a deployment
 file cannot say which instance may take which role, so it would put an instance into a role
@@ -16,6 +18,7 @@ not in the catalog, for instance) is an error here, not at launch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from prfaas.serve.config.deployment import Deployment, validation_problems
 from prfaas.serve.config.parallelism_spec import ParallelismSpec, TimingSpec
 from prfaas.specs.aic import AicProfile
 from prfaas.specs.errors import SpecError
+from prfaas.specs.files import ChipFile
 from prfaas.specs.perf import PerfProfile
 from prfaas.specs.timing import (
     AicEngine,
@@ -95,9 +99,25 @@ def _instances(report: PlanReport, hardware: Hardware) -> list[dict[str, Any]]:
     return rows
 
 
-def deployment_dict(report: PlanReport, hardware: Hardware) -> dict[str, Any]:
-    """The deployment file's content for the PrfaaS-PD column of `report`."""
+def _described(instances: list[dict[str, Any]], chips: Mapping[str, ChipFile]) -> dict[str, Any]:
+    """The scenario's own chips (`chips:`) that `instances` run on, as the scenario wrote them,
+    under the lower-case name the instances give (specs.described_chips)."""
+    used = {row["chip"] for row in instances}
+    return {
+        name.lower(): chip.model_dump(mode="json", exclude_defaults=True)
+        for name, chip in chips.items()
+        if name.lower() in used
+    }
+
+
+def deployment_dict(
+    report: PlanReport, hardware: Hardware, chips: Mapping[str, ChipFile]
+) -> dict[str, Any]:
+    """The deployment file's content for the PrfaaS-PD column of `report`; `chips` is the
+    scenario's `chips:` section (those the plan's instances run on are written)."""
     point = report.deployments["prfaas_pd"]
+    instances = _instances(report, hardware)
+    described = _described(instances, chips)
     return {
         "model": hardware.pd.profile.model.name,
         "block_tokens": 512,
@@ -111,13 +131,16 @@ def deployment_dict(report: PlanReport, hardware: Hardware) -> dict[str, Any]:
             "enabled": hardware.pd_decode is None,
             "decode_slo_tokens_per_s": hardware.decode_slo_tokens_per_s,
         },
-        "instances": _instances(report, hardware),
+        **({"chips": described} if described else {}),
+        "instances": instances,
     }
 
 
-def write_deployment(report: PlanReport, hardware: Hardware, path: Path) -> None:
+def write_deployment(
+    report: PlanReport, hardware: Hardware, chips: Mapping[str, ChipFile], path: Path
+) -> None:
     """Validate the plan's deployment as `prfaas up` would, then write it to `path`."""
-    content = deployment_dict(report, hardware)
+    content = deployment_dict(report, hardware, chips)
     try:
         Deployment.model_validate(content)
     except ValidationError as err:
