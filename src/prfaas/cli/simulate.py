@@ -47,6 +47,10 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+#: The report's roles (`SimReport.shapes`) as the table names them.
+ROLE_LABELS = {"prfaas": "PrfaaS", "pd_p": "PD-P", "pd_d": "PD-D"}
+
+
 def _render(runs: list[SimRun], out: Output) -> None:
     table = Table(title="Simulation")
     table.add_column("")
@@ -125,10 +129,6 @@ def _render(runs: list[SimRun], out: Output) -> None:
         )
     for note in reports[0].notes:
         out.note(note)
-
-
-#: The report's roles (`SimReport.shapes`) as the table names them.
-ROLE_LABELS = {"prfaas": "PrfaaS", "pd_p": "PD-P", "pd_d": "PD-D"}
 
 
 PolicyOption = Annotated[
