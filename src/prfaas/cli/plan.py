@@ -4,7 +4,6 @@ paper's baselines (Table 6), as a table or JSON, with the two panels of Fig. 5 a
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -24,7 +23,7 @@ from prfaas.cli.output import (
 from prfaas.cli.plan_deploy import write_deployment
 from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
-from prfaas.planner.parallel import search_parallelism
+from prfaas.planner.parallel import ShapeSearch
 from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import (
     Scenario,
@@ -255,26 +254,15 @@ DeploymentOutOption = Annotated[
 ]
 
 
-def _with_timing(
+def with_timing(
     body: ScenarioFile, timing: TimingSource | None, engine: AicEngine | None
 ) -> ScenarioFile:
+    """`body` timed by the `--timing` / `--engine` options (`prfaas plan` and `prfaas simulate`
+    alike, so both time a scenario the same way)."""
     if engine is not None and (timing or body.timing.source) is not TimingSource.AIC:
         raise SpecError("--engine picks aiconfigurator's data: add --timing aic")
     chosen = TimingFile(source=timing or body.timing.source, engine=engine or body.timing.engine)
     return body.model_copy(update={"timing": chosen})
-
-
-def _searched(scenario: Scenario, *, per_role_pd: bool) -> Scenario:
-    """The scenario on the instance shapes that maximise PrfaaS-PD (planner.parallel)."""
-    found = search_parallelism(
-        scenario.hardware,
-        scenario.workload,
-        scenario.threshold_step_tokens,
-        scenario.timing,
-        per_role_pd=per_role_pd,
-    )
-    notes = tuple(dict.fromkeys(scenario.timing_notes + found.timing_notes))
-    return replace(scenario, hardware=found.hardware, timing_notes=notes)
 
 
 def command(
@@ -309,13 +297,13 @@ def command(
     body, base_dir = read_scenario_file(scenario)
     if trace is not None or cache_blocks is not None:
         body = _with_trace(body, trace, cache_blocks)
-    body = _with_timing(body, timing, engine)
+    body = with_timing(body, timing, engine)
     with progress_bar() as bar:
         task = bar.add_task("reading the workload", total=None)
         resolved = build_scenario(body, base_dir, Path(scenario).name)
         if search:
             bar.update(task, description="searching instance shapes")
-            resolved = _searched(resolved, per_role_pd=not one_pd_shape)
+            resolved = ShapeSearch(per_role_pd=not one_pd_shape).apply(resolved)
         bar.update(task, description="searching t and the P/D split (per-instance pools)")
         chosen = plan_scenario(resolved, body, base_dir, pool_aware=pool_aware)
     if fmt is Format.JSON:

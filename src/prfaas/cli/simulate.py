@@ -1,5 +1,8 @@
 """`prfaas simulate`: replay a scenario's arrivals (or a trace) through the scheduler and the
-modelled clusters; one policy, or several side by side on the same arrivals (`--compare`)."""
+modelled clusters; one policy, or several side by side on the same arrivals (`--compare`).
+`--timing`, `--engine`, `--search-parallelism` and `--one-pd-shape` are `prfaas plan`'s options
+through its own code (`cli.plan.with_timing`, `planner.parallel.ShapeSearch`), so the plan
+simulated is the plan `prfaas plan` reports."""
 
 from __future__ import annotations
 
@@ -20,6 +23,14 @@ from prfaas.cli.output import (
     progress_bar,
     resolve_format,
 )
+from prfaas.cli.plan import (
+    EngineOption,
+    OnePdShapeOption,
+    SearchOption,
+    TimingOption,
+    with_timing,
+)
+from prfaas.planner.parallel import ShapeSearch
 from prfaas.planner.scenario import (
     AdmissionFile,
     RebalanceFile,
@@ -34,6 +45,10 @@ from prfaas.specs.errors import SpecError
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+#: The report's roles (`SimReport.shapes`) as the table names them.
+ROLE_LABELS = {"prfaas": "PrfaaS", "pd_p": "PD-P", "pd_d": "PD-D"}
 
 
 def _render(runs: list[SimRun], out: Output) -> None:
@@ -106,8 +121,14 @@ def _render(runs: list[SimRun], out: Output) -> None:
     out.table(table)
     for r in reports:
         out.note(f"{r.policy} reasons: " + ", ".join(f"{k} {v}" for k, v in r.reasons.items()))
-    timing = reports[0].timing
-    out.note(f"timing: PrfaaS {timing['prfaas']}; PD {timing['pd']}")
+    for role, label in ROLE_LABELS.items():
+        shape = reports[0].shapes[role]
+        out.note(
+            f"{label}: {shape['num_instances']} x{shape['gpus_per_instance']} "
+            f"({shape['num_gpus']} GPUs), timing {shape['source']}"
+        )
+    for note in reports[0].notes:
+        out.note(note)
 
 
 PolicyOption = Annotated[
@@ -257,13 +278,19 @@ def command(
     capacity_tolerance: CapacityToleranceOption = 0.02,
     saturation_seeds: SaturationSeedsOption = None,
     output_format: FormatOption = None,
+    timing: TimingOption = None,
+    engine: EngineOption = None,
+    search: SearchOption = False,
+    one_pd_shape: OnePdShapeOption = False,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
     if policy is not None and compare is not None:
         raise SpecError("give either --policy or --compare")
+    shapes = _shape_search(search, one_pd_shape, slo_capacity or saturation_seeds is not None)
     fmt = resolve_format(output_format, as_json)
     body, base_dir = read_scenario_file(scenario)
+    body = with_timing(body, timing, engine)
     if trace is not None:
         body = with_trace(body, trace)
     if time_scale is not None:
@@ -299,7 +326,7 @@ def command(
         _saturation(body, base_dir, scenario, policies, saturation_seeds, fmt)
         return
     if time_scales is not None:
-        _sweep(body, base_dir, scenario, policies, time_scales, fmt, plot_dir)
+        _sweep(body, base_dir, scenario, policies, time_scales, fmt, plot_dir, shapes)
         return
     with progress_bar() as bar:
         task = bar.add_task("simulating", total=len(policies))
@@ -309,6 +336,7 @@ def command(
             Path(scenario).name,
             policies,
             lambda name, frac: bar.update(task, description=f"simulating {name}", advance=0.01),
+            search=shapes,
         )
     if fmt is Format.JSON:
         typer.echo(json.dumps([r.report.to_json() for r in runs], indent=2))
@@ -321,6 +349,18 @@ def command(
             typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)
 
 
+def _shape_search(search: bool, one_pd_shape: bool, is_capacity: bool) -> ShapeSearch | None:
+    """The parallelism search the options ask for (None: the scenario's own shapes)."""
+    if one_pd_shape and not search:
+        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
+    if search and is_capacity:
+        raise SpecError(
+            "--search-parallelism runs the searched plan once or over --time-scales; "
+            "--slo-capacity and --saturation-seeds run the scenario's own shapes"
+        )
+    return ShapeSearch(per_role_pd=not one_pd_shape) if search else None
+
+
 def _sweep(  # noqa: PLR0917 (the command's options, passed on)
     body: ScenarioFile,
     base_dir: Path,
@@ -329,6 +369,7 @@ def _sweep(  # noqa: PLR0917 (the command's options, passed on)
     time_scales: str,
     fmt: Format,
     plot_dir: Path | None,
+    shapes: ShapeSearch | None,
 ) -> None:
     scales = checks.time_scale_list("--time-scales", time_scales)
     with progress_bar() as bar:
@@ -342,6 +383,7 @@ def _sweep(  # noqa: PLR0917 (the command's options, passed on)
             progress=lambda name, frac: bar.update(
                 task, description=f"simulating {name}", advance=0.01
             ),
+            search=shapes,
         )
     if fmt is Format.JSON:
         typer.echo(json.dumps(sweep_json(rows), indent=2))

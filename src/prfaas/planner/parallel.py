@@ -38,7 +38,9 @@ exact without the objective and a heuristic with it; the scenario's own shape is
 so the never-worse property holds either way. Every (PrfaaS shape, PD-P shape, PD-D shape)
 triple left is planned by `planner.plan` on one `StageModel` each; profiles are built once per
 shape, so a source that memoises (aiconfigurator) times each length once.
-Callers: `prfaas plan --search-parallelism` and benchmarks/aic_side_by_side.py.
+Callers: `prfaas plan --search-parallelism` and `prfaas simulate --search-parallelism` (both
+through `ShapeSearch`, so the simulator runs the plan the search chose), and
+benchmarks/aic_side_by_side.py.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
 from prfaas.planner.plan import DEPLOYMENTS, PlanReport, plan
+from prfaas.planner.scenario import Scenario
 from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.timing import TimingChoice, parallelism_choices, time_instance
 from prfaas.workload.lengths import FloatArray
@@ -219,3 +222,25 @@ def search_parallelism(
         raise InfeasiblePlanError("no instance shape of either cluster gives a feasible plan")
     notes = [f"prfaas: {n}" for n in prfaas_notes] + [f"pd: {n}" for n in pd_notes]
     return SearchedPlan(best[1], best[2], planned, tuple(notes))
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeSearch:
+    """The parallelism search as a scenario's hosts ask it: `prfaas plan` plans and `prfaas
+    simulate` runs the scenario it returns, so both see the same shapes. `per_role_pd=False`
+    (`--one-pd-shape`) keeps PD-P and PD-D in one shape, so the slow loop can flip roles."""
+
+    per_role_pd: bool = True
+
+    def apply(self, scenario: Scenario) -> Scenario:
+        """`scenario` on the instance shapes that maximise PrfaaS-PD, its timing notes joined
+        by the fallback lines of the shapes the source could not time."""
+        found = search_parallelism(
+            scenario.hardware,
+            scenario.workload,
+            scenario.threshold_step_tokens,
+            scenario.timing,
+            per_role_pd=self.per_role_pd,
+        )
+        notes = tuple(dict.fromkeys(scenario.timing_notes + found.timing_notes))
+        return replace(scenario, hardware=found.hardware, timing_notes=notes)

@@ -142,7 +142,7 @@ def decode_window_s(
     it (its output at a full batch's step time), as absolute times."""
     first_token_s = view.now_s + predict_ttft_s(decision, request, view, ledger, config)
     batch = max(1, _decode_batch_limit(decision, view))
-    step_s = config.pd_profile.decode_step_s(batch, max(1, decode_context_tokens(request)))
+    step_s = config.decode_step_s(batch, decode_context_tokens(request))
     return first_token_s, first_token_s + request.output_tokens * step_s
 
 
@@ -170,7 +170,7 @@ def _decode_refusal(
     if tpot_slo_s is None:
         return None
     context = (overlap.context_tokens + decode_context_tokens(request)) / (overlap.count + 1)
-    step_s = config.pd_profile.decode_step_s(overlap.peak + 1, max(1, round(context)))
+    step_s = config.decode_step_s(overlap.peak + 1, round(context))
     return RejectReason.PREDICTED_TPOT_OVER_SLO if step_s > tpot_slo_s else None
 
 

@@ -49,6 +49,8 @@ class SchedulerConfig:
     `can_move_cache`: whether the host carries out `CacheMove`s (the simulator does; the live
     router does not yet). When False the plentiful rule judges each path by the prefix its own
     cluster holds, exactly as the scarce rule does, and no decision carries a move.
+    `pd_decode_profile`: the PD-D instances' timing where their shape is not the PD-P one
+    (a plan with a shape per PD role); None: `pd_profile` times decode too.
     """
 
     prfaas_profile: PerfProfile | None
@@ -60,6 +62,7 @@ class SchedulerConfig:
     burst_enter_s: float = 2.0
     burst_leave_s: float = 0.0
     can_move_cache: bool = True
+    pd_decode_profile: PerfProfile | None = None
 
     def _profile(self, on_prfaas: bool) -> PerfProfile:
         return self.prfaas_profile if on_prfaas and self.prfaas_profile else self.pd_profile
@@ -75,6 +78,11 @@ class SchedulerConfig:
         instance's queued work is the wait before a request starts, as for one at a time."""
         profile = self._profile(on_prfaas)
         return self.prefill_s(on_prfaas, uncached_tokens) / profile.prefill_concurrency
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        """One decode step of `batch_size` requests at `context_tokens` on a PD-D instance."""
+        profile = self.pd_decode_profile or self.pd_profile
+        return profile.decode_step_s(batch_size, max(1, context_tokens))
 
     def kv_bytes(self, tokens: int) -> float:
         """KV + state bytes of a `tokens`-long context (the same model on both clusters)."""

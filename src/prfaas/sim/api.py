@@ -4,6 +4,9 @@
     run.report.summary.to_json()
 
 `--compare` runs several policies on the very same arrivals (same seed, same trace slice).
+With a `ShapeSearch` (`--search-parallelism`) the scenario is first put on the instance shapes
+the parallelism search chose, as `prfaas plan --search-parallelism` plans it, so the plan
+simulated is the plan reported; `simulate_resolved` runs an already resolved scenario.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from prfaas.planner.parallel import ShapeSearch
 from prfaas.planner.scenario import (
     ArrivalsFile,
+    Scenario,
     ScenarioFile,
     TraceFile,
     WorkloadFile,
@@ -73,8 +78,23 @@ def simulate_body(
     where: str,
     policies: list[str | None],
     progress: Callable[[str, float], None] | None = None,
+    *,
+    search: ShapeSearch | None = None,
 ) -> list[SimRun]:
     scenario = build_scenario(body, base_dir, where)
+    if search is not None:
+        scenario = search.apply(scenario)
+    return simulate_resolved(scenario, body, base_dir, policies, progress)
+
+
+def simulate_resolved(
+    scenario: Scenario,
+    body: ScenarioFile,
+    base_dir: Path,
+    policies: list[str | None],
+    progress: Callable[[str, float], None] | None = None,
+) -> list[SimRun]:
+    """`body`'s arrivals through `scenario` (built from `body`, its shapes perhaps searched)."""
     seed = body.simulation.seed if body.simulation is not None else 0
     requests = _arrivals(body, base_dir, seed)
     slo = body.simulation.slo if body.simulation is not None else None

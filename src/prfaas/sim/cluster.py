@@ -2,7 +2,9 @@
 
 A `SimInstance` is one instance of either cluster. PD instances carry a prefill and a decode
 facet and use the one their role names; a role flip first drains (the instance stops accepting,
-finishes what it holds in its old role) and then switches (`settle_flip`).
+finishes what it holds in its old role) and then switches (`settle_flip`). Each instance is
+timed by its role's shape: PrfaaS, PD-P, and PD-D (the PD-P shape unless the plan gave PD-D
+its own, `Hardware.pd_decode`; such instances never flip, `sim.config`).
 """
 
 from __future__ import annotations
@@ -88,8 +90,13 @@ def build_instances(
     roles += [(PD_CLUSTER, Role.PD_PREFILL, f"pd-{i}") for i in range(d.n_p)]
     roles += [(PD_CLUSTER, Role.PD_DECODE, f"pd-{d.n_p + i}") for i in range(d.n_d)]
     out = []
+    profiles = {
+        Role.PRFAAS: sim.prfaas_profile,
+        Role.PD_PREFILL: sim.pd_profile,
+        Role.PD_DECODE: sim.decode_profile,
+    }
     for cluster_id, role, name in roles:
-        profile = sim.prfaas_profile if cluster_id == PRFAAS_CLUSTER else sim.pd_profile
+        profile = profiles[role]
         instance_id = InstanceId(name)
         pool = HybridPrefixCache(cache, instance_id) if cache is not None else None
         prefill = PrefillFacet(

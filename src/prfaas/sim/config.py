@@ -10,6 +10,12 @@ PrfaaS-PD has GPUs for homogeneous; all PD instances decoding for naive. The pla
 decode instance holds at most the planner's latency bound of requests and the KV capacity of
 the memory model (`specs.memory`, as the planner's memory bound), unless
 `simulation.decode_kv_gib` sets it.
+
+A plan whose PD-D instances have their own shape (`Hardware.pd_decode`, from the parallelism
+search) runs as planned: PD-P instances prefill with the PD-P shape's profile, PD-D instances
+decode with the PD-D shape's, whose latency bound and KV capacity the plan's `decode` holds
+already. Instances of two shapes cannot flip roles, so such a run has the slow loop off (as
+`prfaas up` runs the deployment file of that plan, docs/planner.md) and says so in `notes`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import LinkFile, Scenario, ScenarioFile, SimulationFile
 from prfaas.scheduler.trace_plan import ScenarioPlan, plan_scenario
 from prfaas.specs.errors import SpecError, SpecFileError
+
+#: What a run of a plan with two PD shapes gives up (reported in `RunConfig.notes`).
+TWO_PD_SHAPES_NOTE = (
+    "PD-P and PD-D have different shapes: their instances cannot flip roles, so the slow "
+    "loop is off (t and the roles stay as planned, as `prfaas up` runs this plan)"
+)
 
 DEPLOYMENT_OF_POLICY = {
     "prfaas": "prfaas_pd",
@@ -43,6 +55,9 @@ class Deployment:
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
+    """`hardware`: the profiles each role is timed by and the clusters the slow loop plans
+    with; how many instances each role runs is `deployment`'s."""
+
     policy: str
     hardware: Hardware
     deployment: Deployment
@@ -53,6 +68,7 @@ class RunConfig:
     decode_kv_capacity_bytes: float  # per decode instance (specs.memory; inf: weights do not fit)
     block_tokens: int
     plan_mode: str  # the trace mode of the plan whose deployment runs, or "pinned"
+    notes: tuple[str, ...] = ()  # what the run changed of the scenario, one line each
 
 
 def _read_capacity_file(path: Path) -> list[tuple[float, float]]:
@@ -86,6 +102,26 @@ def deployment_for(policy: str, report: PlanReport, body: SimulationFile) -> Dep
     return Deployment(point.n_prfaas, point.n_p, point.n_d, best_t)
 
 
+def _run_hardware(
+    hw: Hardware, deployment: Deployment, sim: SimulationFile
+) -> tuple[Hardware, SimulationFile, tuple[str, ...]]:
+    """The hardware a run times its instances by, the simulation settings it runs with and
+    the notes saying what changed: one PD shape (a `pd_decode` equal to `pd` is one), its PD
+    cluster is the deployment's PD instances (the slow loop's N_p + N_d); two, the plan's
+    shapes as the search left them (each role's count is the deployment's), slow loop off."""
+    prfaas = replace(hw.prfaas, num_instances=deployment.n_prfaas)
+    if hw.pd_decode is not None and hw.pd_decode != hw.pd:
+        off = sim.model_copy(update={"rebalance": None})
+        return replace(hw, prfaas=prfaas), off, (TWO_PD_SHAPES_NOTE,)
+    hardware = Hardware(
+        prfaas=prfaas,
+        pd=replace(hw.pd, num_instances=deployment.n_p + deployment.n_d),
+        link_gbps=hw.link_gbps,
+        decode_slo_tokens_per_s=hw.decode_slo_tokens_per_s,
+    )
+    return hardware, sim, ()
+
+
 def chosen_plan(scenario: Scenario, body: ScenarioFile, base_dir: Path) -> ScenarioPlan:
     """The plan `prfaas plan` reports for this scenario in the simulation's `plan_mode`."""
     sim = body.simulation or SimulationFile()
@@ -110,13 +146,7 @@ def build_run_config(
     steps = [(s.at_s, s.gbps) for s in link.capacity_steps]
     if link.capacity_file is not None:
         steps += _read_capacity_file(base_dir / link.capacity_file)
-    hw = scenario.hardware
-    hardware = Hardware(
-        prfaas=replace(hw.prfaas, num_instances=deployment.n_prfaas),
-        pd=replace(hw.pd, num_instances=deployment.n_p + deployment.n_d),
-        link_gbps=hw.link_gbps,
-        decode_slo_tokens_per_s=hw.decode_slo_tokens_per_s,
-    )
+    hardware, sim, notes = _run_hardware(scenario.hardware, deployment, sim)
     trace = body.workload.trace
     if sim.decode_kv_gib is not None:
         kv_capacity = sim.decode_kv_gib * 2**30
@@ -133,5 +163,6 @@ def build_run_config(
         decode_max_batch=report.decode.latency_batch_size,
         decode_kv_capacity_bytes=kv_capacity,
         plan_mode=mode,
+        notes=notes,
         block_tokens=trace.block_tokens if trace is not None else 512,
     )

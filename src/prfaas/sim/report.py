@@ -3,7 +3,8 @@
 `summary` is `prfaas.metrics.summarize` over the per-request records, the same definitions of
 TTFT, TPOT, ITL, E2E and goodput the benchmark client uses. Added: the per-path split with the
 scheduler's reason codes, per-path TTFT, link utilisation, prefix reuse, the slow loop's
-actions and the sampled timelines.
+actions and the sampled timelines, and each role's instance shape (`shapes`: its GPUs per
+instance, its timing source and the GPUs its instances use, counted by that shape).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class SimReport:
     timeline: Timeline
     num_events: int
     timing: dict[str, str]  # what timed each cluster (PerfProfile.source), as the plan's
+    shapes: dict[str, dict[str, Any]]  # per role: instances, GPUs per instance, GPUs, source
+    notes: tuple[str, ...] = ()  # what the run changed of the scenario (sim.config)
 
     def to_json(self, with_timeline: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -56,6 +59,8 @@ class SimReport:
             "actions": self.actions,
             "num_events": self.num_events,
             "timing": self.timing,
+            "shapes": self.shapes,
+            "notes": list(self.notes),
         }
         if with_timeline:
             out["timeline"] = self.timeline.to_json()
@@ -78,6 +83,25 @@ def _action_json(time_s: float, action: FlipRole | SetThreshold) -> dict[str, An
         "time_s": time_s,
         "threshold_tokens": action.threshold_tokens,
         "reason": str(action.reason),
+    }
+
+
+def role_shapes(config: RunConfig) -> dict[str, dict[str, Any]]:
+    """Each role's instances at the start of the run, in the shape that times them."""
+    hw, d = config.hardware, config.deployment
+    roles = (
+        ("prfaas", hw.prfaas.profile, d.n_prfaas),
+        ("pd_p", hw.pd.profile, d.n_p),
+        ("pd_d", hw.decode_cluster.profile, d.n_d),
+    )
+    return {
+        role: {
+            "num_instances": n,
+            "gpus_per_instance": profile.gpus_per_instance,
+            "num_gpus": n * profile.gpus_per_instance,
+            "source": profile.source,
+        }
+        for role, profile, n in roles
     }
 
 
@@ -122,4 +146,6 @@ def build_report(config: RunConfig, result: SimResult, slo_body: SloFile | None)
             "prfaas": config.hardware.prfaas.profile.source,
             "pd": config.hardware.pd.profile.source,
         },
+        shapes=role_shapes(config),
+        notes=config.notes,
     )

@@ -106,6 +106,10 @@ class Simulator:
         hw = config.hardware
         self.prfaas_profile = MemoProfile(hw.prfaas.profile)
         self.pd_profile = MemoProfile(hw.pd.profile)
+        # PD-D instances in their own shape where the plan gives them one (`sim.config`).
+        self.decode_profile = (
+            self.pd_profile if hw.pd_decode is None else MemoProfile(hw.pd_decode.profile)
+        )
         capacity = hw.link_gbps * GBPS
         per_conn = config.link.per_connection_gbps
         limit = float("inf") if per_conn is None else per_conn * GBPS * config.link.connections
@@ -114,6 +118,7 @@ class Simulator:
         sched_config = SchedulerConfig(
             prfaas_profile=self.prfaas_profile if config.deployment.n_prfaas else None,
             pd_profile=self.pd_profile,
+            pd_decode_profile=None if hw.pd_decode is None else self.decode_profile,
         )
         self.scheduler = assemble(scheduler_setup(config), sched_config, hw)
         self.index: GlobalKVCacheIndex | None = None
@@ -350,7 +355,7 @@ class Simulator:
             inst.prefill.pool.complete_transfer(job.transfer_id)
             self._publish(inst)
         request = job.request
-        kv = self.pd_profile.cache_bytes(request.input_tokens + request.output_tokens)
+        kv = self.decode_profile.cache_bytes(request.input_tokens + request.output_tokens)
         seq = DecodeSeq(request, job, self.loop.now_s, kv, request.output_tokens - 1)
         self.by_id[job.decision.decode_instance_id].decode.arrive(seq)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prfaas.planner.parallel import ShapeSearch
 from prfaas.planner.scenario import ArrivalsFile, ScenarioFile
 from prfaas.sim.api import SimRun, scenario_arrivals, simulate_body
 from prfaas.specs.errors import SpecError
@@ -76,14 +77,16 @@ def sweep_time_scales(
     policies: list[str | None],
     *,
     progress: Callable[[str, float], None] | None = None,
+    search: ShapeSearch | None = None,
 ) -> list[SweepRow]:
+    """`search`: run each scale on the searched instance shapes (`sim.api.simulate_body`)."""
     rows = []
     for scale in time_scales:
         scaled = with_time_scale(body, scale)
         requests = scenario_arrivals(scaled, base_dir)
         span_s = requests[-1].arrival_s - requests[0].arrival_s if requests else 0.0
         offered = len(requests) / span_s if span_s > 0 else float("inf")
-        for run in simulate_body(scaled, base_dir, where, policies, progress):
+        for run in simulate_body(scaled, base_dir, where, policies, progress, search=search):
             rows.append(_row(scale, offered, run))
     return rows
 
