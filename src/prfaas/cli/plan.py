@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -22,9 +23,10 @@ from prfaas.cli.output import (
     resolve_format,
 )
 from prfaas.cli.plan_deploy import write_deployment
+from prfaas.planner.margins import aic_margins
 from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
-from prfaas.planner.parallel import search_parallelism
+from prfaas.planner.parallel import SearchedPlan, search_parallelism
 from prfaas.planner.plan import PlanReport
 from prfaas.planner.scenario import (
     Scenario,
@@ -249,6 +251,32 @@ OnePdShapeOption = Annotated[
         "flip PD instances between the roles (default: each role its own shape if better).",
     ),
 ]
+EngineRulesOption = Annotated[
+    bool,
+    typer.Option(
+        "--engine-rules/--no-engine-rules",
+        help="With --search-parallelism under --timing aic: keep to shape pairs the engine can "
+        "serve disaggregated (SGLang: one attention TP for prefill and decode; default).",
+    ),
+]
+
+
+class MarginsChoice(StrEnum):
+    """Fixed planning margins (`planner.margins`): none (the paper's model) or
+    aiconfigurator's four factors, read from its installed package."""
+
+    NONE = "none"
+    AIC = "aic"
+
+
+MarginsOption = Annotated[
+    MarginsChoice,
+    typer.Option(
+        "--margins",
+        help="Plan with fixed margins: 'aic' applies aiconfigurator's latency corrections and "
+        "rate-matching factors (read from its installed package); default none.",
+    ),
+]
 DeploymentOutOption = Annotated[
     Path | None,
     typer.Option("--deployment-out", help="Write the PrfaaS-PD plan as a `prfaas up` file."),
@@ -264,7 +292,44 @@ def _with_timing(
     return body.model_copy(update={"timing": chosen})
 
 
-def _searched(scenario: Scenario, *, per_role_pd: bool) -> Scenario:
+def _with_margins(scenario: Scenario, margins: MarginsChoice) -> Scenario:
+    """The scenario with the chosen margins on its hardware, and the line that says which
+    (or why none: the aiconfigurator package is not installed)."""
+    if margins is MarginsChoice.NONE:
+        return scenario
+    found = aic_margins()
+    if isinstance(found, str):
+        line = f"margins: aic asked for, but {found}; planned without margins"
+        return replace(scenario, timing_notes=(*scenario.timing_notes, line))
+    return replace(
+        scenario,
+        hardware=replace(scenario.hardware, margins=found),
+        timing_notes=(*scenario.timing_notes, found.describe()),
+    )
+
+
+def _shapes(hw: Hardware) -> str:
+    return (
+        f"PrfaaS {hw.prfaas.split.label()}, PD-P {hw.pd.split.label()}, "
+        f"PD-D {hw.decode_cluster.split.label()}"
+    )
+
+
+def ruled_out_line(found: SearchedPlan, deployment: str = "prfaas_pd") -> str | None:
+    """One line when the engine's rule removed a better plan: what it would have been."""
+    removed = found.ruled_out
+    if removed is None:
+        return None
+    theirs = removed.report.deployments[deployment].lambda_max
+    ours = found.report.deployments[deployment].lambda_max
+    return (
+        f"engine rule: the best plan without it ({_shapes(removed.hardware)}: "
+        f"{theirs:.2f} req/s against {ours:.2f}) is not deployable: {removed.refusal} "
+        "(--no-engine-rules plans it anyway)"
+    )
+
+
+def _searched(scenario: Scenario, *, per_role_pd: bool, engine_rules: bool) -> Scenario:
     """The scenario on the instance shapes that maximise PrfaaS-PD (planner.parallel)."""
     found = search_parallelism(
         scenario.hardware,
@@ -272,9 +337,21 @@ def _searched(scenario: Scenario, *, per_role_pd: bool) -> Scenario:
         scenario.threshold_step_tokens,
         scenario.timing,
         per_role_pd=per_role_pd,
+        engine_rules=engine_rules,
     )
-    notes = tuple(dict.fromkeys(scenario.timing_notes + found.timing_notes))
-    return replace(scenario, hardware=found.hardware, timing_notes=notes)
+    rule = ruled_out_line(found)
+    notes = scenario.timing_notes + found.timing_notes + (() if rule is None else (rule,))
+    return replace(scenario, hardware=found.hardware, timing_notes=tuple(dict.fromkeys(notes)))
+
+
+def _check_search_options(search: bool, *, one_pd_shape: bool, engine_rules: bool) -> None:
+    """The options that shape the parallelism search need it."""
+    if search:
+        return
+    if one_pd_shape:
+        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
+    if not engine_rules:
+        raise SpecError("--no-engine-rules widens the parallelism search: add --search-parallelism")
 
 
 def command(
@@ -297,13 +374,14 @@ def command(
     engine: EngineOption = None,
     search: SearchOption = False,
     one_pd_shape: OnePdShapeOption = False,
+    engine_rules: EngineRulesOption = True,
+    margins: MarginsOption = MarginsChoice.NONE,
     deployment_out: DeploymentOutOption = None,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
     fmt = resolve_format(output_format, as_json)
-    if one_pd_shape and not search:
-        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
+    _check_search_options(search, one_pd_shape=one_pd_shape, engine_rules=engine_rules)
     if cache_blocks is not None and pool_aware:
         raise SpecError("--cache-blocks sizes the ideal replay: add --no-pool-aware")
     body, base_dir = read_scenario_file(scenario)
@@ -312,10 +390,10 @@ def command(
     body = _with_timing(body, timing, engine)
     with progress_bar() as bar:
         task = bar.add_task("reading the workload", total=None)
-        resolved = build_scenario(body, base_dir, Path(scenario).name)
+        resolved = _with_margins(build_scenario(body, base_dir, Path(scenario).name), margins)
         if search:
             bar.update(task, description="searching instance shapes")
-            resolved = _searched(resolved, per_role_pd=not one_pd_shape)
+            resolved = _searched(resolved, per_role_pd=not one_pd_shape, engine_rules=engine_rules)
         bar.update(task, description="searching t and the P/D split (per-instance pools)")
         chosen = plan_scenario(resolved, body, base_dir, pool_aware=pool_aware)
     if fmt is Format.JSON:

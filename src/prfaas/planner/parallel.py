@@ -38,6 +38,11 @@ exact without the objective and a heuristic with it; the scenario's own shape is
 so the never-worse property holds either way. Every (PrfaaS shape, PD-P shape, PD-D shape)
 triple left is planned by `planner.plan` on one `StageModel` each; profiles are built once per
 shape, so a source that memoises (aiconfigurator) times each length once.
+Engine rules: under an engine's data (`--timing aic`) a candidate that engine cannot serve
+disaggregated (`planner.engine_rules`: SGLang pairs prefill and decode of one attention TP
+only) is not returned, by default: a plan a user cannot deploy on the engine is worse than a
+slower one they can. The best candidate the rule removed is kept beside the plan
+(`SearchedPlan.ruled_out`) so the caller can say what it would have been.
 Callers: `prfaas plan --search-parallelism` and benchmarks/aic_side_by_side.py.
 """
 
@@ -47,6 +52,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from prfaas.planner.engine_rules import plan_refusal
 from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
@@ -61,14 +67,26 @@ GPUS_PER_INSTANCE = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
+class RuledOut:
+    """The best plan the engine's disaggregation rule removed, and why the engine cannot
+    serve it (`planner.engine_rules`)."""
+
+    report: PlanReport
+    hardware: Hardware
+    refusal: str
+
+
+@dataclass(frozen=True, slots=True)
 class SearchedPlan:
     """The best plan found, the hardware (shapes) it was made on, how many shape pairs were
-    planned, and the fallback lines of the shapes the source could not time."""
+    planned, the fallback lines of the shapes the source could not time, and the better plan
+    the engine's rule removed (None where the rule removed none better than this one)."""
 
     report: PlanReport
     hardware: Hardware
     num_candidates: int
     timing_notes: tuple[str, ...]
+    ruled_out: RuledOut | None = None
 
 
 def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster], list[str]]:
@@ -86,7 +104,7 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
             memory = instance_memory(timed.profile, parallelism.dp, startup_rule(choice))
             if memory.shortfall_bytes > 0:
                 continue
-            shapes.append(Cluster(timed.profile, total // gpus, memory))
+            shapes.append(Cluster(timed.profile, total // gpus, memory, parallelism))
             if timed.fallback is not None:
                 notes.append(timed.fallback)
     return shapes, list(dict.fromkeys(notes))
@@ -114,7 +132,7 @@ def _decode_costs(shapes: list[Cluster], hardware: Hardware, workload: Workload)
     for cluster in shapes:
         try:
             capacity = decode_capacity(
-                cluster.profile,
+                hardware.timed(cluster.profile),
                 hardware.decode_slo_tokens_per_s,
                 workload.mean_decode_context_tokens,
                 workload.mean_input_tokens + workload.mean_output_tokens,
@@ -183,10 +201,14 @@ def search_parallelism(
     deployment: str = "prfaas_pd",
     *,
     per_role_pd: bool = True,
+    engine_rules: bool = True,
 ) -> SearchedPlan:
     """The (PrfaaS shape, PD-P shape, PD-D shape) whose `deployment` (one of `DEPLOYMENTS`)
     has the largest Lambda_max; ties keep the earlier candidate, so the scenario's own shapes
-    win a tie, and one PD shape wins over two. `per_role_pd=False`: one PD shape only."""
+    win a tie, and one PD shape wins over two. `per_role_pd=False`: one PD shape only.
+    `engine_rules` (the default): a candidate the engine `choice` names cannot serve
+    disaggregated is not returned (`planner.engine_rules`; the scenario's own shapes
+    included), and the best one it removed, if better, is reported beside the plan."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r} (known: {', '.join(DEPLOYMENTS)})")
     # Homogeneous PD has no PrfaaS instance: its plan does not depend on their shape.
@@ -200,7 +222,8 @@ def search_parallelism(
     )
     pd_shapes, pd_notes = cluster_shapes(hardware.pd, choice)
     roles = _pd_roles(pd_shapes, hardware, workload, step_tokens)
-    best: tuple[float, PlanReport, Hardware] | None = None
+    best: _Best | None = None
+    removed: _Best | None = None  # the best candidate the engine's rule refused
     planned = 0
     for prfaas in prfaas_shapes:
         for pd, pd_decode in roles.pairs(per_role_pd):
@@ -213,9 +236,33 @@ def search_parallelism(
             value = report.deployments[deployment].lambda_max
             if value <= 0:
                 continue  # a baseline that misses the TTFT objective on this shape
-            if best is None or value > best[0] * (1 + TIE_TOLERANCE):
-                best = (value, report, candidate)
+            refusal = plan_refusal(candidate, choice, deployment) if engine_rules else None
+            if refusal is None:
+                best = _better(best, _Best(value, report, candidate, ""))
+            else:
+                removed = _better(removed, _Best(value, report, candidate, refusal))
     if best is None:
-        raise InfeasiblePlanError("no instance shape of either cluster gives a feasible plan")
+        why = "" if removed is None else f" that {choice.engine} can serve ({removed.refusal})"
+        raise InfeasiblePlanError(f"no instance shape of either cluster gives a feasible plan{why}")
     notes = [f"prfaas: {n}" for n in prfaas_notes] + [f"pd: {n}" for n in pd_notes]
-    return SearchedPlan(best[1], best[2], planned, tuple(notes))
+    ruled_out = (
+        RuledOut(removed.report, removed.hardware, removed.refusal)
+        if removed is not None and removed.value > best.value * (1 + TIE_TOLERANCE)
+        else None
+    )
+    return SearchedPlan(best.report, best.hardware, planned, tuple(notes), ruled_out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Best:
+    value: float
+    report: PlanReport
+    hardware: Hardware
+    refusal: str
+
+
+def _better(best: _Best | None, candidate: _Best) -> _Best:
+    """The candidate if it beats `best` by more than the tie tolerance (earlier wins ties)."""
+    if best is None or candidate.value > best.value * (1 + TIE_TOLERANCE):
+        return candidate
+    return best
