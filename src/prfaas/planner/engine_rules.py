@@ -35,14 +35,28 @@ from prfaas.specs.timing import AicEngine, Parallelism, TimingChoice, TimingSour
 USES_PRFAAS = frozenset({"prfaas_pd", "naive_heterogeneous"})
 
 
+def _pairs_within_tp(engine: AicEngine) -> bool:
+    return engine is AicEngine.SGLANG
+
+
 def pair_refusal(engine: AicEngine, prefill: Parallelism, decode: Parallelism) -> str | None:
     """Why `engine` cannot serve prefill instances of `prefill` beside decode instances of
     `decode` disaggregated, or None where it can (module docstring)."""
-    if engine is AicEngine.SGLANG and prefill.tp != decode.tp:
+    if _pairs_within_tp(engine) and prefill.tp != decode.tp:
         return (
             f"sglang pairs prefill and decode of the same attention TP only "
             f"({prefill.label()} prefill, {decode.label()} decode)"
         )
+    return None
+
+
+def pairing_class(choice: TimingChoice, split: Parallelism) -> int | None:
+    """What a shape must share with its partner under `choice`'s engine rule: the attention
+    TP for SGLang under its data, None where any two shapes pair. The search prunes a shape
+    only against shapes of its class, so pruning never drops the one shape a pair that keeps
+    the rule needs (`planner.parallel`)."""
+    if choice.source is TimingSource.AIC and _pairs_within_tp(choice.engine):
+        return split.tp
     return None
 
 

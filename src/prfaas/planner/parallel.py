@@ -21,8 +21,10 @@ off). The shared-shape pairs are planned first and a later pair must be strictly
 plan with one PD shape wins a tie, and `per_role_pd=False` keeps to it.
 
 Pruning per role, before the pairs are planned (`_undominated`): a shape is dropped for a role
-when another shape with the same GPUs per instance is at least as good for that role on
-everything the planner reads of it, so the plan on the other is at least as good:
+when another shape with the same GPUs per instance (and, under an engine's pairing rule, the
+same attention TP: `engine_rules.pairing_class`, so every partner the dropped shape could pair
+with pairs with the other too) is at least as good for that role on everything the planner
+reads of it, so the plan on the other is at least as good:
 
     prefill (PrfaaS, PD-P)  at every length the planner evaluates (the threshold grid's means
                             and the histogram's bins) both T_prefill(l), one prompt's latency
@@ -48,11 +50,12 @@ Callers: `prfaas plan --search-parallelism` and benchmarks/aic_side_by_side.py.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from prfaas.planner.engine_rules import plan_refusal
+from prfaas.planner.engine_rules import pairing_class, plan_refusal
 from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
@@ -145,21 +148,35 @@ def _decode_costs(shapes: list[Cluster], hardware: Hardware, workload: Workload)
     return -np.array(rates).reshape(len(shapes), 1)
 
 
-def _undominated(shapes: list[Cluster], costs: FloatArray) -> list[Cluster]:
-    """The shapes no other shape of the same GPUs per instance dominates (costs no higher in
-    any column; lower in one, or equal and earlier). The first shape, the scenario's own, is
-    always kept. Dominance is transitive, so a dropped shape always has a kept dominator."""
+def _undominated(
+    shapes: list[Cluster], costs: FloatArray, classes: list[Hashable]
+) -> list[Cluster]:
+    """The shapes no other shape of the same class (`_classes`: GPUs per instance, and what
+    the engine's rule pairs by) dominates (costs no higher in any column; lower in one, or
+    equal and earlier). The first shape, the scenario's own, is always kept. Dominance is
+    transitive, so a dropped shape always has a kept dominator."""
 
     def dominated(j: int) -> bool:
-        gpus = shapes[j].profile.gpus_per_instance
-        for i, other in enumerate(shapes):
-            if i == j or other.profile.gpus_per_instance != gpus:
+        for i in range(len(shapes)):
+            if i == j or classes[i] != classes[j]:
                 continue
             if np.all(costs[i] <= costs[j]) and (i < j or np.any(costs[i] < costs[j])):
                 return True
         return False
 
     return [shape for j, shape in enumerate(shapes) if j == 0 or not dominated(j)]
+
+
+def _classes(shapes: list[Cluster], choice: TimingChoice, engine_rules: bool) -> list[Hashable]:
+    """Per shape, what it is pruned among: its GPUs per instance, and under an engine's rule
+    what that rule pairs by (`engine_rules.pairing_class`)."""
+    return [
+        (
+            shape.profile.gpus_per_instance,
+            pairing_class(choice, shape.split) if engine_rules else None,
+        )
+        for shape in shapes
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,16 +197,20 @@ class _RoleShapes:
 
 
 def _pd_roles(
-    shapes: list[Cluster], hardware: Hardware, workload: Workload, step_tokens: int
+    shapes: list[Cluster],
+    hardware: Hardware,
+    workload: Workload,
+    step_tokens: int,
+    classes: list[Hashable],
 ) -> _RoleShapes:
     prefill, decode = (
         _prefill_costs(shapes, workload, step_tokens),
         _decode_costs(shapes, hardware, workload),
     )
     return _RoleShapes(
-        prefill=_undominated(shapes, prefill),
-        decode=_undominated(shapes, decode),
-        shared=_undominated(shapes, np.hstack([prefill, decode])),
+        prefill=_undominated(shapes, prefill, classes),
+        decode=_undominated(shapes, decode, classes),
+        shared=_undominated(shapes, np.hstack([prefill, decode]), classes),
     )
 
 
@@ -218,10 +239,13 @@ def search_parallelism(
         else cluster_shapes(hardware.prfaas, choice)
     )
     prfaas_shapes = _undominated(
-        prfaas_shapes, _prefill_costs(prfaas_shapes, workload, step_tokens)
+        prfaas_shapes,
+        _prefill_costs(prfaas_shapes, workload, step_tokens),
+        _classes(prfaas_shapes, choice, engine_rules),
     )
     pd_shapes, pd_notes = cluster_shapes(hardware.pd, choice)
-    roles = _pd_roles(pd_shapes, hardware, workload, step_tokens)
+    classes = _classes(pd_shapes, choice, engine_rules)
+    roles = _pd_roles(pd_shapes, hardware, workload, step_tokens, classes)
     best: _Best | None = None
     removed: _Best | None = None  # the best candidate the engine's rule refused
     planned = 0
