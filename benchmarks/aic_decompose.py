@@ -165,7 +165,8 @@ def decompose(
     d_split = _split(row, "d")
     assert d_split is not None  # _their_shapes checked it
     p_prof, d_prof = hardware.pd.profile, hardware.decode_cluster.profile
-    p_rate = 1.0 / p_prof.prefill_s(round(workload.mean_input_tokens))
+    # One prefill instance's rate: its concurrent prompts (attention-DP ranks) over one's latency.
+    p_rate = p_prof.prefill_concurrency / p_prof.prefill_s(round(workload.mean_input_tokens))
     d_batch = int(row["(d)bs"]) * d_split.dp  # aiconfigurator's batch is per attention-DP rank
     value["timing"] = min(x_p * p_rate, x_d * _decode_rate(d_prof, d_batch, workload)) / replica
     value["split"] = (
