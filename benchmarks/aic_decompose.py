@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.parallel import SearchedPlan
 from prfaas.planner.plan import plan
+from prfaas.specs.aic import aic_factors
 from prfaas.specs.memory import instance_memory, startup_rule
 from prfaas.specs.perf import PerfProfile
 from prfaas.specs.timing import Parallelism, TimingChoice, time_instance
@@ -55,18 +56,11 @@ AIC_DECODE_BATCHES = (
 
 
 def aic_constants() -> dict[str, float]:
-    """aiconfigurator's fixed factors, read from the installed package (not copied)."""
-    from aiconfigurator.sdk import picking
-    from aiconfigurator.sdk.task_v2 import Task
-
-    fields = Task.__dataclass_fields__
-    return {
-        "prefill_latency_correction": float(fields["prefill_latency_correction"].default),
-        "decode_latency_correction": float(fields["decode_latency_correction"].default),
-        "prefill_rate_matching": picking._RATE_MATCHING_PREFILL_DEGRADATION_FACTOR,
-        "decode_rate_matching": picking._RATE_MATCHING_DECODE_DEGRADATION_FACTOR,
-        "ttft_correction": picking._AUTOSCALE_TTFT_CORRECTION_FACTOR,
-    }
+    """aiconfigurator's fixed factors, read from the installed package (`specs.aic`)."""
+    factors = aic_factors()
+    if isinstance(factors, str):
+        raise RuntimeError(factors)
+    return {k: v for k, v in asdict(factors).items() if k != "version"}
 
 
 def _split(row: dict[str, Any], role: str) -> Parallelism | None:
@@ -171,7 +165,8 @@ def decompose(
     d_split = _split(row, "d")
     assert d_split is not None  # _their_shapes checked it
     p_prof, d_prof = hardware.pd.profile, hardware.decode_cluster.profile
-    p_rate = 1.0 / p_prof.prefill_s(round(workload.mean_input_tokens))
+    # One prefill instance's rate: its concurrent prompts (attention-DP ranks) over one's latency.
+    p_rate = p_prof.prefill_concurrency / p_prof.prefill_s(round(workload.mean_input_tokens))
     d_batch = int(row["(d)bs"]) * d_split.dp  # aiconfigurator's batch is per attention-DP rank
     value["timing"] = min(x_p * p_rate, x_d * _decode_rate(d_prof, d_batch, workload)) / replica
     value["split"] = (

@@ -16,11 +16,16 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth
    'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH; without it the row's
    `aiconfigurator` is an error line and only prfaas's side runs). Throughput per GPU of the
-   64 side by side, and the gap decomposed cell by cell (`aic_decompose`).
+   64 side by side, and the gap decomposed cell by cell (`aic_decompose`). Beside it prfaas
+   under aiconfigurator's rules: the search with the engine's disaggregation rule
+   (`planner.engine_rules`; the unconstrained plan is what the rule removed, if anything) and
+   with its margins too (`planner.margins`, read from the upper package).
 3. `prfaas_across_clusters`: PrfaaS-PD with a B200 PrfaaS cluster and an H200 PD cluster over
    a 100 Gbps link (the case study's lengths, OSL 1024, 40 tokens/s), searched under aic,
    against aiconfigurator's best single-cluster plan (H200 or B200) at equal price, run at the
    workload's mean input length (it takes one ISL).
+
+`benchmarks/aic_tables.py FILE` renders the `--save`d JSON as the tables of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import logging
 import math
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from aic_decompose import aic_constants, decompose, estimate_ours
+from prfaas.planner.margins import aic_margins
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.parallel import SearchedPlan, search_parallelism
 from prfaas.specs import aic
@@ -141,6 +148,11 @@ def _summary(found: SearchedPlan) -> dict[str, Any]:
     """prfaas's searched homogeneous-PD plan on all TOTAL_GPUS (per GPU of the budget: with a
     shape per role, GPUs neither shape divides stay idle and still count)."""
     point = found.report.deployments["homogeneous_pd"]
+    ruled_out = found.ruled_out
+    removed = None if ruled_out is None else {
+        "req_per_s_per_gpu": ruled_out.report.deployments["homogeneous_pd"].lambda_max / TOTAL_GPUS,
+        "refusal": ruled_out.refusal,
+    }  # fmt: skip
     return {
         "req_per_s_per_gpu": point.lambda_max / TOTAL_GPUS,
         "n_p": point.n_p, "n_d": point.n_d, "num_gpus_used": point.num_gpus,
@@ -150,7 +162,42 @@ def _summary(found: SearchedPlan) -> dict[str, Any]:
         "decode_step_ms": found.report.decode.step_s * 1e3,
         "pd_p_timing": found.hardware.pd.profile.source,
         "pd_d_timing": found.hardware.decode_cluster.profile.source,
+        "pd_p_shape": found.hardware.pd.split.label(),
+        "pd_d_shape": found.hardware.decode_cluster.split.label(),
+        "ruled_out": removed,
     }  # fmt: skip
+
+
+def _unconstrained(ruled: SearchedPlan) -> SearchedPlan:
+    """The best plan with no engine rule: the one the rule removed, if it was better."""
+    removed = ruled.ruled_out
+    if removed is None:
+        return ruled
+    return SearchedPlan(removed.report, removed.hardware, ruled.num_candidates, ruled.timing_notes)
+
+
+def _searches(
+    hardware: Hardware, workload: Workload, choice: TimingChoice
+) -> dict[str, SearchedPlan | str]:
+    """prfaas's homogeneous-PD plans of one cell: unconstrained (a shape per PD role, and one
+    PD shape), under the engine's rule, and under the rule with aiconfigurator's margins."""
+
+    def search(hw: Hardware, *, per_role_pd: bool = True, rules: bool = True) -> SearchedPlan:
+        return search_parallelism(
+            hw, workload, 100, choice, "homogeneous_pd", per_role_pd=per_role_pd,
+            engine_rules=rules,
+        )  # fmt: skip
+
+    ruled = search(hardware)
+    margins = aic_margins()
+    return {
+        "prfaas_homogeneous": _unconstrained(ruled),
+        "prfaas_one_pd_shape": search(hardware, per_role_pd=False, rules=False),
+        "prfaas_engine_rule": ruled,
+        "prfaas_under_rules": (
+            margins if isinstance(margins, str) else search(replace(hardware, margins=margins))
+        ),
+    }
 
 
 def homogeneous_rows(engine: AicEngine, models: set[str]) -> list[dict[str, Any]]:
@@ -169,17 +216,13 @@ def homogeneous_rows(engine: AicEngine, models: set[str]) -> list[dict[str, Any]
                     decode_slo_tokens_per_s=1e3 / slo["tpot_ms"],
                     ttft_slo_s=slo["ttft_ms"] / 1e3,
                 )
-                found = {
-                    label: search_parallelism(
-                        hardware, workload, 100, choice, "homogeneous_pd", per_role_pd=per
-                    )
-                    for label, per in (("prfaas_homogeneous", True), ("prfaas_one_pd_shape", False))
-                }
+                found = _searches(hardware, workload, choice)
                 system = aic.aic_system(get_chip(chip)) or chip
                 theirs = _aic_disagg(
                     model, system, TOTAL_GPUS, str(engine), slo=slo, isl=ISL, osl=OSL
                 )
                 ours = found["prfaas_homogeneous"]
+                assert isinstance(ours, SearchedPlan)
                 gap = (
                     {"error": "no aiconfigurator disaggregated plan"}
                     if not theirs.get("disagg")
@@ -194,7 +237,10 @@ def homogeneous_rows(engine: AicEngine, models: set[str]) -> list[dict[str, Any]
                 _progress(model, chip, slo, json.dumps({"decomposition": gap, "as_aic": as_aic}))
                 rows.append({
                     "model": model, "family": family, "chip": chip, "slo": slo,
-                    **{label: _summary(plan) for label, plan in found.items()},
+                    **{
+                        label: {"error": plan} if isinstance(plan, str) else _summary(plan)
+                        for label, plan in found.items()
+                    },
                     "aiconfigurator": theirs, "decomposition": gap, "ours_as_aic_evaluates": as_aic,
                 })  # fmt: skip
     return rows

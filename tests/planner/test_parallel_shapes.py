@@ -82,8 +82,9 @@ def test_the_search_finds_aiconfigurators_attention_dp_with_expert_tp_where_it_i
     # DP8 with expert TP (`tp1 dp8 etp4 ep2`); the search before offered TP8 + EP8, TP8 and
     # DP8 + EP8 per 8 GPUs. (On H200 its `tp1 dp8 etp8` does not fit SGLang's start-up rule:
     # tests/specs/test_startup_rule.py.)
+    # The shapes before paired freely, so the search does too (no engine rule) here.
     hardware = _aic_hardware("qwen3.5-397b", "b200", 33, 5.0)
-    found = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd")
+    found = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd", engine_rules=False)
     shape = found.hardware.pd.profile.source
     assert shape.endswith("tp1 ep2 dp8)")  # attention DP8, experts EP2 x TP4
     before = []
@@ -128,16 +129,21 @@ def test_the_widened_search_is_never_worse_than_the_fixed_instances_under_aic(
 
 @needs_aic
 @pytest.mark.parametrize(("model", "chip"), [("qwen3-235b", "b200"), ("llama-3.1-70b", "h200")])
+@pytest.mark.parametrize("rules", [True, False])
 def test_pruning_per_role_loses_no_plan(
-    model: str, chip: str, monkeypatch: pytest.MonkeyPatch
+    model: str, chip: str, rules: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without a TTFT objective the planner reads nothing of a shape but what the pruning
-    # compares, so the pruned search finds what planning every pair finds.
+    # compares, so the pruned search finds what planning every pair finds, with SGLang's
+    # pairing rule (shapes pruned only among those of their attention TP) and without.
     hardware = _aic_hardware(model, chip, 33, None)
-    pruned = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd")
-    monkeypatch.setattr(parallel, "_undominated", lambda shapes, costs: shapes)
-    every = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd")
-    assert pruned.num_candidates < every.num_candidates
+    pruned = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd", engine_rules=rules)
+    monkeypatch.setattr(parallel, "_undominated", lambda shapes, costs, classes: shapes)
+    every = search_parallelism(hardware, ISL_8K, 100, AIC, "homogeneous_pd", engine_rules=rules)
+    # A dense model's splits of one GPU count all differ in TP: under the rule nothing is
+    # pruned there, so only without it must the pruning plan fewer pairs.
+    assert pruned.num_candidates <= every.num_candidates
+    assert rules or pruned.num_candidates < every.num_candidates
     value = [s.report.deployments["homogeneous_pd"].lambda_max for s in (pruned, every)]
     assert value[0] == pytest.approx(value[1], rel=1e-9)
 
@@ -152,7 +158,7 @@ def test_every_pruned_shape_has_a_kept_dominator(gpus: list[int], data: st.DataO
     shapes = [Cluster(profile_for(spec, chip, g), 8 // g) for g in gpus]
     row = st.lists(st.integers(0, 4), min_size=3, max_size=3)  # small integers: many ties
     costs = np.array(data.draw(st.lists(row, min_size=len(gpus), max_size=len(gpus))), float)
-    kept = parallel._undominated(shapes, costs)
+    kept = parallel._undominated(shapes, costs, [c.profile.gpus_per_instance for c in shapes])
     assert kept[0] is shapes[0]
     kept_ids = {id(c) for c in kept}
     for j, shape in enumerate(shapes):

@@ -4,6 +4,8 @@ paper's baselines (Table 6), as a table or JSON, with the two panels of Fig. 5 a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +23,7 @@ from prfaas.cli.output import (
     resolve_format,
 )
 from prfaas.cli.plan_deploy import write_deployment
+from prfaas.planner.margins import aic_margins
 from prfaas.planner.model import Hardware
 from prfaas.planner.optimise import OperatingPoint
 from prfaas.planner.parallel import ShapeSearch
@@ -248,6 +251,32 @@ OnePdShapeOption = Annotated[
         "flip PD instances between the roles (default: each role its own shape if better).",
     ),
 ]
+EngineRulesOption = Annotated[
+    bool,
+    typer.Option(
+        "--engine-rules/--no-engine-rules",
+        help="With --search-parallelism under --timing aic: keep to shape pairs the engine can "
+        "serve disaggregated (SGLang: one attention TP for prefill and decode; default).",
+    ),
+]
+
+
+class MarginsChoice(StrEnum):
+    """Fixed planning margins (`planner.margins`): none (the paper's model) or
+    aiconfigurator's four factors, read from its installed package."""
+
+    NONE = "none"
+    AIC = "aic"
+
+
+MarginsOption = Annotated[
+    MarginsChoice,
+    typer.Option(
+        "--margins",
+        help="Plan with fixed margins: 'aic' applies aiconfigurator's latency corrections and "
+        "rate-matching factors (read from its installed package); default none.",
+    ),
+]
 DeploymentOutOption = Annotated[
     Path | None,
     typer.Option("--deployment-out", help="Write the PrfaaS-PD plan as a `prfaas up` file."),
@@ -263,6 +292,34 @@ def with_timing(
         raise SpecError("--engine picks aiconfigurator's data: add --timing aic")
     chosen = TimingFile(source=timing or body.timing.source, engine=engine or body.timing.engine)
     return body.model_copy(update={"timing": chosen})
+
+
+def _with_margins(scenario: Scenario, margins: MarginsChoice) -> Scenario:
+    """The scenario with the chosen margins on its hardware, and the line that says which
+    (or why none: the aiconfigurator package is not installed)."""
+    if margins is MarginsChoice.NONE:
+        return scenario
+    found = aic_margins()
+    if isinstance(found, str):
+        line = f"margins: aic asked for, but {found}; planned without margins"
+        return replace(scenario, timing_notes=(*scenario.timing_notes, line))
+    return replace(
+        scenario,
+        hardware=replace(scenario.hardware, margins=found),
+        timing_notes=(*scenario.timing_notes, found.describe()),
+    )
+
+
+def shape_search(search: bool, *, one_pd_shape: bool, engine_rules: bool) -> ShapeSearch | None:
+    """The parallelism search the options ask for (None: the scenario's own shapes); the
+    options that shape the search need it (`prfaas plan` and `prfaas simulate` alike)."""
+    if search:
+        return ShapeSearch(per_role_pd=not one_pd_shape, engine_rules=engine_rules)
+    if one_pd_shape:
+        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
+    if not engine_rules:
+        raise SpecError("--no-engine-rules widens the parallelism search: add --search-parallelism")
+    return None
 
 
 def command(
@@ -285,13 +342,14 @@ def command(
     engine: EngineOption = None,
     search: SearchOption = False,
     one_pd_shape: OnePdShapeOption = False,
+    engine_rules: EngineRulesOption = True,
+    margins: MarginsOption = MarginsChoice.NONE,
     deployment_out: DeploymentOutOption = None,
 ) -> None:
     """Optimal threshold and P/D split (paper Eq. 2-8) beside homogeneous, naive and
     equal-cost baselines."""
     fmt = resolve_format(output_format, as_json)
-    if one_pd_shape and not search:
-        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
+    shapes = shape_search(search, one_pd_shape=one_pd_shape, engine_rules=engine_rules)
     if cache_blocks is not None and pool_aware:
         raise SpecError("--cache-blocks sizes the ideal replay: add --no-pool-aware")
     body, base_dir = read_scenario_file(scenario)
@@ -300,10 +358,10 @@ def command(
     body = with_timing(body, timing, engine)
     with progress_bar() as bar:
         task = bar.add_task("reading the workload", total=None)
-        resolved = build_scenario(body, base_dir, Path(scenario).name)
-        if search:
+        resolved = _with_margins(build_scenario(body, base_dir, Path(scenario).name), margins)
+        if shapes is not None:
             bar.update(task, description="searching instance shapes")
-            resolved = ShapeSearch(per_role_pd=not one_pd_shape).apply(resolved)
+            resolved = shapes.apply(resolved)
         bar.update(task, description="searching t and the P/D split (per-instance pools)")
         chosen = plan_scenario(resolved, body, base_dir, pool_aware=pool_aware)
     if fmt is Format.JSON:

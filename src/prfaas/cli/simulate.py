@@ -25,9 +25,11 @@ from prfaas.cli.output import (
 )
 from prfaas.cli.plan import (
     EngineOption,
+    EngineRulesOption,
     OnePdShapeOption,
     SearchOption,
     TimingOption,
+    shape_search,
     with_timing,
 )
 from prfaas.planner.parallel import ShapeSearch
@@ -282,12 +284,14 @@ def command(
     engine: EngineOption = None,
     search: SearchOption = False,
     one_pd_shape: OnePdShapeOption = False,
+    engine_rules: EngineRulesOption = True,
 ) -> None:
     """Discrete-event simulation of a PrfaaS-PD deployment (or a baseline) with queueing,
     bursts, prefix hits and a fluctuating link."""
     if policy is not None and compare is not None:
         raise SpecError("give either --policy or --compare")
-    shapes = _shape_search(search, one_pd_shape, slo_capacity or saturation_seeds is not None)
+    is_capacity = slo_capacity or saturation_seeds is not None
+    shapes = _shape_search(search, one_pd_shape, engine_rules, is_capacity)
     fmt = resolve_format(output_format, as_json)
     body, base_dir = read_scenario_file(scenario)
     body = with_timing(body, timing, engine)
@@ -349,16 +353,16 @@ def command(
             typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)
 
 
-def _shape_search(search: bool, one_pd_shape: bool, is_capacity: bool) -> ShapeSearch | None:
+def _shape_search(
+    search: bool, one_pd_shape: bool, engine_rules: bool, is_capacity: bool
+) -> ShapeSearch | None:
     """The parallelism search the options ask for (None: the scenario's own shapes)."""
-    if one_pd_shape and not search:
-        raise SpecError("--one-pd-shape restricts the parallelism search: add --search-parallelism")
     if search and is_capacity:
         raise SpecError(
             "--search-parallelism runs the searched plan once or over --time-scales; "
             "--slo-capacity and --saturation-seeds run the scenario's own shapes"
         )
-    return ShapeSearch(per_role_pd=not one_pd_shape) if search else None
+    return shape_search(search, one_pd_shape=one_pd_shape, engine_rules=engine_rules)
 
 
 def _sweep(  # noqa: PLR0917 (the command's options, passed on)

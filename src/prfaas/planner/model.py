@@ -37,9 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from prfaas.planner.errors import InfeasiblePlanError
+from prfaas.planner.margins import Margins
 from prfaas.planner.queueing import StageServiceMoments, usable_utilisation
 from prfaas.specs.memory import InstanceMemory
 from prfaas.specs.perf import PerfProfile
+from prfaas.specs.timing import Parallelism, default_parallelism
 from prfaas.workload.lengths import FloatArray, LengthHistogram, ThresholdSplit
 from prfaas.workload.workload import Workload
 
@@ -51,11 +53,21 @@ MAX_DECODE_BATCH = 4096
 class Cluster:
     """A homogeneous cluster: `num_instances` instances timed by one profile, each with the
     memory of `specs.memory` (None: not modelled, as for the live router's published profiles,
-    which know no chip; decode is then bounded by the latency objective alone)."""
+    which know no chip; decode is then bounded by the latency objective alone). `parallelism`
+    is how each instance's GPUs are split, where the builder chose one (None: the default split
+    of `specs.timing.default_parallelism`, what an unsearched instance is timed with)."""
 
     profile: PerfProfile
     num_instances: int
     memory: InstanceMemory | None = None
+    parallelism: Parallelism | None = None
+
+    @property
+    def split(self) -> Parallelism:
+        """The split of each instance's GPUs (engine rules read it: `planner.engine_rules`)."""
+        if self.parallelism is not None:
+            return self.parallelism
+        return default_parallelism(self.profile.model, self.profile.gpus_per_instance)
 
     @property
     def num_gpus(self) -> int:
@@ -77,7 +89,10 @@ class Hardware:
     `pd` is the PD cluster in the shape of its PD-P instances, and of its PD-D instances too
     unless `pd_decode` gives them their own (the same GPUs in another shape, from the
     parallelism search). Instances of two shapes cannot flip roles, so only a plan with
-    `pd_decode` None can be rebalanced by the slow loop (docs/planner.md)."""
+    `pd_decode` None can be rebalanced by the slow loop (docs/planner.md).
+
+    `margins` (None: none, the default) are fixed factors on the stage times and rates
+    (`planner.margins`, `prfaas plan --margins`); the simulator never reads them."""
 
     prfaas: Cluster
     pd: Cluster
@@ -85,6 +100,7 @@ class Hardware:
     decode_slo_tokens_per_s: float
     pd_decode: Cluster | None = None
     ttft_slo_s: float | None = None
+    margins: Margins | None = None
 
     def __post_init__(self) -> None:
         if self.pd_decode is None:
@@ -94,6 +110,18 @@ class Hardware:
             raise ValueError(
                 "pd_decode is the PD cluster's GPUs in another shape: same chip and GPUs"
             )
+
+    def timed(self, profile: PerfProfile) -> PerfProfile:
+        """`profile` as the planner times it: with the margins' latency corrections, if any."""
+        return profile if self.margins is None else self.margins.corrected(profile)
+
+    @property
+    def prefill_rate_factor(self) -> float:
+        return 1.0 if self.margins is None else self.margins.prefill_rate
+
+    @property
+    def decode_rate_factor(self) -> float:
+        return 1.0 if self.margins is None else self.margins.decode_rate
 
     @property
     def decode_cluster(self) -> Cluster:
@@ -240,9 +268,10 @@ class StageModel:
     def build(cls, hardware: Hardware, workload: Workload, step_tokens: int) -> StageModel:
         histogram = workload.uncached_input.histogram(step_tokens)
         split = histogram.split()
-        prfaas, pd, decoder = hardware.prfaas.profile, hardware.pd.profile, hardware.decode_cluster
+        prfaas, pd = hardware.timed(hardware.prfaas.profile), hardware.timed(hardware.pd.profile)
+        decoder = hardware.decode_cluster
         decode = decode_capacity(
-            decoder.profile,
+            hardware.timed(decoder.profile),
             hardware.decode_slo_tokens_per_s,
             workload.mean_decode_context_tokens,
             workload.mean_input_tokens + workload.mean_output_tokens,
@@ -278,16 +307,18 @@ class StageModel:
         n_p = np.asarray(n_p, dtype=np.float64)
         servers_prfaas = n_prfaas * self.hardware.prfaas.profile.prefill_concurrency
         servers_p = n_p * self.hardware.pd.profile.prefill_concurrency
+        hw = self.hardware
         with np.errstate(invalid="ignore", divide="ignore"):
             compute = servers_prfaas / self.prfaas_prefill_s * self._busy(servers_prfaas, long=True)
+            compute = compute * hw.prefill_rate_factor
             egress = self.link_bytes_per_s / self.prfaas_cache_bytes
             theta_prfaas = np.where(p > 0, np.minimum(compute, egress), 0.0)
-            theta_pdp = np.where(
-                p < 1, servers_p / self.pd_prefill_s * self._busy(servers_p, long=False), 0.0
-            )
+            pd_rate = servers_p / self.pd_prefill_s * self._busy(servers_p, long=False)
+            theta_pdp = np.where(p < 1, pd_rate * hw.prefill_rate_factor, 0.0)
         theta_pdd = np.asarray(n_d, dtype=np.float64) * self.decode.rate_per_instance(
             self.mean_output_tokens
         )
+        theta_pdd = theta_pdd * hw.decode_rate_factor
         prfaas_bound = _share_bound(theta_prfaas, p)
         pd_p_bound = _share_bound(theta_pdp, 1.0 - p)
         lambda_max = np.minimum(np.minimum(prfaas_bound, pd_p_bound), theta_pdd)

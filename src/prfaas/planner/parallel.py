@@ -21,8 +21,10 @@ off). The shared-shape pairs are planned first and a later pair must be strictly
 plan with one PD shape wins a tie, and `per_role_pd=False` keeps to it.
 
 Pruning per role, before the pairs are planned (`_undominated`): a shape is dropped for a role
-when another shape with the same GPUs per instance is at least as good for that role on
-everything the planner reads of it, so the plan on the other is at least as good:
+when another shape with the same GPUs per instance (and, under an engine's pairing rule, the
+same attention TP: `engine_rules.pairing_class`, so every partner the dropped shape could pair
+with pairs with the other too) is at least as good for that role on everything the planner
+reads of it, so the plan on the other is at least as good:
 
     prefill (PrfaaS, PD-P)  at every length the planner evaluates (the threshold grid's means
                             and the histogram's bins) both T_prefill(l), one prompt's latency
@@ -38,6 +40,11 @@ exact without the objective and a heuristic with it; the scenario's own shape is
 so the never-worse property holds either way. Every (PrfaaS shape, PD-P shape, PD-D shape)
 triple left is planned by `planner.plan` on one `StageModel` each; profiles are built once per
 shape, so a source that memoises (aiconfigurator) times each length once.
+Engine rules: under an engine's data (`--timing aic`) a candidate that engine cannot serve
+disaggregated (`planner.engine_rules`: SGLang pairs prefill and decode of one attention TP
+only) is not returned, by default: a plan a user cannot deploy on the engine is worse than a
+slower one they can. The best candidate the rule removed is kept beside the plan
+(`SearchedPlan.ruled_out`) so the caller can say what it would have been.
 Callers: `prfaas plan --search-parallelism` and `prfaas simulate --search-parallelism` (both
 through `ShapeSearch`, so the simulator runs the plan the search chose), and
 benchmarks/aic_side_by_side.py.
@@ -45,10 +52,12 @@ benchmarks/aic_side_by_side.py.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from prfaas.planner.engine_rules import pairing_class, plan_refusal
 from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware, decode_capacity
 from prfaas.planner.optimise import TIE_TOLERANCE
@@ -64,14 +73,26 @@ GPUS_PER_INSTANCE = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
+class RuledOut:
+    """The best plan the engine's disaggregation rule removed, and why the engine cannot
+    serve it (`planner.engine_rules`)."""
+
+    report: PlanReport
+    hardware: Hardware
+    refusal: str
+
+
+@dataclass(frozen=True, slots=True)
 class SearchedPlan:
     """The best plan found, the hardware (shapes) it was made on, how many shape pairs were
-    planned, and the fallback lines of the shapes the source could not time."""
+    planned, the fallback lines of the shapes the source could not time, and the better plan
+    the engine's rule removed (None where the rule removed none better than this one)."""
 
     report: PlanReport
     hardware: Hardware
     num_candidates: int
     timing_notes: tuple[str, ...]
+    ruled_out: RuledOut | None = None
 
 
 def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster], list[str]]:
@@ -89,7 +110,7 @@ def cluster_shapes(cluster: Cluster, choice: TimingChoice) -> tuple[list[Cluster
             memory = instance_memory(timed.profile, parallelism.dp, startup_rule(choice))
             if memory.shortfall_bytes > 0:
                 continue
-            shapes.append(Cluster(timed.profile, total // gpus, memory))
+            shapes.append(Cluster(timed.profile, total // gpus, memory, parallelism))
             if timed.fallback is not None:
                 notes.append(timed.fallback)
     return shapes, list(dict.fromkeys(notes))
@@ -117,7 +138,7 @@ def _decode_costs(shapes: list[Cluster], hardware: Hardware, workload: Workload)
     for cluster in shapes:
         try:
             capacity = decode_capacity(
-                cluster.profile,
+                hardware.timed(cluster.profile),
                 hardware.decode_slo_tokens_per_s,
                 workload.mean_decode_context_tokens,
                 workload.mean_input_tokens + workload.mean_output_tokens,
@@ -130,21 +151,35 @@ def _decode_costs(shapes: list[Cluster], hardware: Hardware, workload: Workload)
     return -np.array(rates).reshape(len(shapes), 1)
 
 
-def _undominated(shapes: list[Cluster], costs: FloatArray) -> list[Cluster]:
-    """The shapes no other shape of the same GPUs per instance dominates (costs no higher in
-    any column; lower in one, or equal and earlier). The first shape, the scenario's own, is
-    always kept. Dominance is transitive, so a dropped shape always has a kept dominator."""
+def _undominated(
+    shapes: list[Cluster], costs: FloatArray, classes: list[Hashable]
+) -> list[Cluster]:
+    """The shapes no other shape of the same class (`_classes`: GPUs per instance, and what
+    the engine's rule pairs by) dominates (costs no higher in any column; lower in one, or
+    equal and earlier). The first shape, the scenario's own, is always kept. Dominance is
+    transitive, so a dropped shape always has a kept dominator."""
 
     def dominated(j: int) -> bool:
-        gpus = shapes[j].profile.gpus_per_instance
-        for i, other in enumerate(shapes):
-            if i == j or other.profile.gpus_per_instance != gpus:
+        for i in range(len(shapes)):
+            if i == j or classes[i] != classes[j]:
                 continue
             if np.all(costs[i] <= costs[j]) and (i < j or np.any(costs[i] < costs[j])):
                 return True
         return False
 
     return [shape for j, shape in enumerate(shapes) if j == 0 or not dominated(j)]
+
+
+def _classes(shapes: list[Cluster], choice: TimingChoice, engine_rules: bool) -> list[Hashable]:
+    """Per shape, what it is pruned among: its GPUs per instance, and under an engine's rule
+    what that rule pairs by (`engine_rules.pairing_class`)."""
+    return [
+        (
+            shape.profile.gpus_per_instance,
+            pairing_class(choice, shape.split) if engine_rules else None,
+        )
+        for shape in shapes
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +200,20 @@ class _RoleShapes:
 
 
 def _pd_roles(
-    shapes: list[Cluster], hardware: Hardware, workload: Workload, step_tokens: int
+    shapes: list[Cluster],
+    hardware: Hardware,
+    workload: Workload,
+    step_tokens: int,
+    classes: list[Hashable],
 ) -> _RoleShapes:
     prefill, decode = (
         _prefill_costs(shapes, workload, step_tokens),
         _decode_costs(shapes, hardware, workload),
     )
     return _RoleShapes(
-        prefill=_undominated(shapes, prefill),
-        decode=_undominated(shapes, decode),
-        shared=_undominated(shapes, np.hstack([prefill, decode])),
+        prefill=_undominated(shapes, prefill, classes),
+        decode=_undominated(shapes, decode, classes),
+        shared=_undominated(shapes, np.hstack([prefill, decode]), classes),
     )
 
 
@@ -186,10 +225,14 @@ def search_parallelism(
     deployment: str = "prfaas_pd",
     *,
     per_role_pd: bool = True,
+    engine_rules: bool = True,
 ) -> SearchedPlan:
     """The (PrfaaS shape, PD-P shape, PD-D shape) whose `deployment` (one of `DEPLOYMENTS`)
     has the largest Lambda_max; ties keep the earlier candidate, so the scenario's own shapes
-    win a tie, and one PD shape wins over two. `per_role_pd=False`: one PD shape only."""
+    win a tie, and one PD shape wins over two. `per_role_pd=False`: one PD shape only.
+    `engine_rules` (the default): a candidate the engine `choice` names cannot serve
+    disaggregated is not returned (`planner.engine_rules`; the scenario's own shapes
+    included), and the best one it removed, if better, is reported beside the plan."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r} (known: {', '.join(DEPLOYMENTS)})")
     # Homogeneous PD has no PrfaaS instance: its plan does not depend on their shape.
@@ -199,11 +242,15 @@ def search_parallelism(
         else cluster_shapes(hardware.prfaas, choice)
     )
     prfaas_shapes = _undominated(
-        prfaas_shapes, _prefill_costs(prfaas_shapes, workload, step_tokens)
+        prfaas_shapes,
+        _prefill_costs(prfaas_shapes, workload, step_tokens),
+        _classes(prfaas_shapes, choice, engine_rules),
     )
     pd_shapes, pd_notes = cluster_shapes(hardware.pd, choice)
-    roles = _pd_roles(pd_shapes, hardware, workload, step_tokens)
-    best: tuple[float, PlanReport, Hardware] | None = None
+    classes = _classes(pd_shapes, choice, engine_rules)
+    roles = _pd_roles(pd_shapes, hardware, workload, step_tokens, classes)
+    best: _Best | None = None
+    removed: _Best | None = None  # the best candidate the engine's rule refused
     planned = 0
     for prfaas in prfaas_shapes:
         for pd, pd_decode in roles.pairs(per_role_pd):
@@ -216,31 +263,81 @@ def search_parallelism(
             value = report.deployments[deployment].lambda_max
             if value <= 0:
                 continue  # a baseline that misses the TTFT objective on this shape
-            if best is None or value > best[0] * (1 + TIE_TOLERANCE):
-                best = (value, report, candidate)
+            refusal = plan_refusal(candidate, choice, deployment) if engine_rules else None
+            if refusal is None:
+                best = _better(best, _Best(value, report, candidate, ""))
+            else:
+                removed = _better(removed, _Best(value, report, candidate, refusal))
     if best is None:
-        raise InfeasiblePlanError("no instance shape of either cluster gives a feasible plan")
+        why = "" if removed is None else f" that {choice.engine} can serve ({removed.refusal})"
+        raise InfeasiblePlanError(f"no instance shape of either cluster gives a feasible plan{why}")
     notes = [f"prfaas: {n}" for n in prfaas_notes] + [f"pd: {n}" for n in pd_notes]
-    return SearchedPlan(best[1], best[2], planned, tuple(notes))
+    ruled_out = (
+        RuledOut(removed.report, removed.hardware, removed.refusal)
+        if removed is not None and removed.value > best.value * (1 + TIE_TOLERANCE)
+        else None
+    )
+    return SearchedPlan(best.report, best.hardware, planned, tuple(notes), ruled_out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Best:
+    value: float
+    report: PlanReport
+    hardware: Hardware
+    refusal: str
+
+
+def _better(best: _Best | None, candidate: _Best) -> _Best:
+    """The candidate if it beats `best` by more than the tie tolerance (earlier wins ties)."""
+    if best is None or candidate.value > best.value * (1 + TIE_TOLERANCE):
+        return candidate
+    return best
 
 
 @dataclass(frozen=True, slots=True)
 class ShapeSearch:
     """The parallelism search as a scenario's hosts ask it: `prfaas plan` plans and `prfaas
     simulate` runs the scenario it returns, so both see the same shapes. `per_role_pd=False`
-    (`--one-pd-shape`) keeps PD-P and PD-D in one shape, so the slow loop can flip roles."""
+    (`--one-pd-shape`) keeps PD-P and PD-D in one shape, so the slow loop can flip roles;
+    `engine_rules=False` (`--no-engine-rules`) pairs shapes the engine cannot serve."""
 
     per_role_pd: bool = True
+    engine_rules: bool = True
 
     def apply(self, scenario: Scenario) -> Scenario:
         """`scenario` on the instance shapes that maximise PrfaaS-PD, its timing notes joined
-        by the fallback lines of the shapes the source could not time."""
+        by the fallback lines of the shapes the source could not time and, where the engine's
+        rule removed a better plan, the line saying what it would have been."""
         found = search_parallelism(
             scenario.hardware,
             scenario.workload,
             scenario.threshold_step_tokens,
             scenario.timing,
             per_role_pd=self.per_role_pd,
+            engine_rules=self.engine_rules,
         )
-        notes = tuple(dict.fromkeys(scenario.timing_notes + found.timing_notes))
-        return replace(scenario, hardware=found.hardware, timing_notes=notes)
+        rule = ruled_out_line(found)
+        notes = scenario.timing_notes + found.timing_notes + (() if rule is None else (rule,))
+        return replace(scenario, hardware=found.hardware, timing_notes=tuple(dict.fromkeys(notes)))
+
+
+def _shapes(hw: Hardware) -> str:
+    return (
+        f"PrfaaS {hw.prfaas.split.label()}, PD-P {hw.pd.split.label()}, "
+        f"PD-D {hw.decode_cluster.split.label()}"
+    )
+
+
+def ruled_out_line(found: SearchedPlan, deployment: str = "prfaas_pd") -> str | None:
+    """One line when the engine's rule removed a better plan: what it would have been."""
+    removed = found.ruled_out
+    if removed is None:
+        return None
+    theirs = removed.report.deployments[deployment].lambda_max
+    ours = found.report.deployments[deployment].lambda_max
+    return (
+        f"engine rule: the best plan without it ({_shapes(removed.hardware)}: "
+        f"{theirs:.2f} req/s against {ours:.2f}) is not deployable: {removed.refusal} "
+        "(--no-engine-rules plans it anyway)"
+    )

@@ -21,6 +21,9 @@ one rank's latency at batch 1, and the instance's rate is dp of them per that la
 rate and dp x short for the TTFT). A decode batch of B runs as dp ranks of B / dp each.
 S_kv(l) stays our `ModelSpec.cache_bytes`, which the memory model (`specs.memory`) also uses.
 
+Its planner's fixed factors (`aic_factors`, for the planner's `--margins aic`) are read here
+too, from the separate `aiconfigurator` package, where installed.
+
 Coverage is decided here, once per (model, chip, engine): the chip must have a system in
 aiconfigurator's data, the one it names (`ChipSpec.aic_system`: `h200` -> `h200_sxm`), with
 data for the engine, and the model must be one of aiconfigurator's model configs: a catalog
@@ -44,6 +47,8 @@ from prfaas.specs.model import ModelSpec
 from prfaas.specs.timing import Parallelism
 
 DISTRIBUTION = "aiconfigurator-core"
+#: aiconfigurator's planner (its `cli_default`, its fixed factors): read, never required.
+PLANNER_DISTRIBUTION = "aiconfigurator"
 
 
 def _package_dir() -> Path | None:
@@ -237,3 +242,46 @@ def aic_profile(
     except Exception as err:
         return f"it has no data to time {model_id} as {split.label()} ({type(err).__name__})"
     return profile
+
+
+@dataclass(frozen=True, slots=True)
+class AicFactors:
+    """aiconfigurator's fixed factors as its planner applies them to a disaggregated plan:
+    latency corrections multiply a worker's prefill latency and decode step (so also the TPOT
+    its decode batch must meet), rate matching derates each role's throughput, and its TTFT
+    filter wants a prefill worker's corrected latency times `ttft_correction` under the
+    target."""
+
+    version: str
+    prefill_latency_correction: float
+    decode_latency_correction: float
+    prefill_rate_matching: float
+    decode_rate_matching: float
+    ttft_correction: float
+
+
+def aic_factors() -> AicFactors | str:
+    """The factors read from the installed `aiconfigurator` package (its planner, which
+    prfaas does not depend on: the defaults of its `Task`), or why they cannot be read."""
+    try:
+        from aiconfigurator.sdk.task_v2 import Task
+
+        version = metadata.version(PLANNER_DISTRIBUTION)
+    except (ImportError, metadata.PackageNotFoundError):
+        return (
+            f"the {PLANNER_DISTRIBUTION} package (aiconfigurator's planner, beside "
+            f"{DISTRIBUTION}) is not installed"
+        )
+    fields = Task.__dataclass_fields__
+
+    def default(name: str) -> float:
+        return float(fields[name].default)
+
+    return AicFactors(
+        version=version,
+        prefill_latency_correction=default("prefill_latency_correction"),
+        decode_latency_correction=default("decode_latency_correction"),
+        prefill_rate_matching=default("rate_match_prefill_degradation"),
+        decode_rate_matching=default("rate_match_decode_degradation"),
+        ttft_correction=default("autoscale_ttft_correction_factor"),
+    )
