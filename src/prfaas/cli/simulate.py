@@ -297,21 +297,8 @@ def command(
     body = with_timing(body, timing, engine)
     if trace is not None:
         body = with_trace(body, trace)
-    if time_scale is not None:
-        if body.arrivals is None:
-            raise SpecError("--time-scale applies to a trace workload: give --trace too")
-        body = body.model_copy(
-            update={"arrivals": body.arrivals.model_copy(update={"time_scale": time_scale})}
-        )
+    body = _with_run_options(body, time_scale, rebalance_period)
     body = with_admission(body, admission, admission_margin)
-    if rebalance_period is not None:
-        sim = body.simulation or SimulationFile()
-        rebalance = (sim.rebalance or RebalanceFile()).model_copy(
-            update={"period_s": rebalance_period}
-        )
-        body = body.model_copy(
-            update={"simulation": sim.model_copy(update={"rebalance": rebalance})}
-        )
     policies: list[str | None] = (
         [p.strip() for p in compare.split(",") if p.strip()] if compare else [policy]
     )
@@ -351,6 +338,28 @@ def command(
 
         for path in write_plots([r.report for r in runs], plot_dir):
             typer.echo(f"wrote {path}", err=fmt is not Format.TABLE)
+
+
+def _with_run_options(
+    body: ScenarioFile, time_scale: float | None, rebalance_period: float | None
+) -> ScenarioFile:
+    """The scenario with `--time-scale` on its trace arrivals and `--rebalance-period` on its
+    slow loop."""
+    if time_scale is not None:
+        if body.arrivals is None:
+            raise SpecError("--time-scale applies to a trace workload: give --trace too")
+        body = body.model_copy(
+            update={"arrivals": body.arrivals.model_copy(update={"time_scale": time_scale})}
+        )
+    if rebalance_period is not None:
+        sim = body.simulation or SimulationFile()
+        rebalance = (sim.rebalance or RebalanceFile()).model_copy(
+            update={"period_s": rebalance_period}
+        )
+        body = body.model_copy(
+            update={"simulation": sim.model_copy(update={"rebalance": rebalance})}
+        )
+    return body
 
 
 def _shape_search(
