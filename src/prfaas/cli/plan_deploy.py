@@ -32,13 +32,11 @@ from prfaas.serve.config.parallelism_spec import ParallelismSpec, TimingSpec
 from prfaas.specs.aic import AicProfile
 from prfaas.specs.errors import SpecError
 from prfaas.specs.files import ChipFile
-from prfaas.specs.perf import PerfProfile
 from prfaas.specs.timing import (
     AicEngine,
     Parallelism,
     TimingChoice,
     TimingSource,
-    default_parallelism,
 )
 
 MIB = 2**20
@@ -49,20 +47,19 @@ BYTE_FACTOR = 1 / 256
 FALLBACK_CAPACITY_MIB = 102_400
 
 
-def planned_timing(profile: PerfProfile) -> tuple[Parallelism, TimingChoice]:
-    """The split and the source that timed `profile` in the plan: aiconfigurator's profile
-    carries both; any other was timed by the roofline (the catalog's measured points where
-    it has them, which the roofline source also prefers) at the default split, the only one
-    a source that times a GPU count offers (`specs.timing.parallelism_choices`)."""
+def planned_timing(cluster: Cluster) -> tuple[Parallelism, TimingChoice]:
+    """The split the plan gave `cluster`'s instances (`Cluster.split`) and the source that
+    timed them: aiconfigurator's profile names its engine; any other was timed by the roofline
+    (the catalog's measured points where it has them, which the roofline source also prefers)."""
+    profile = cluster.profile
     if isinstance(profile, AicProfile):
-        return profile.split, TimingChoice(TimingSource.AIC, AicEngine(profile.engine))
-    split = default_parallelism(profile.model, profile.gpus_per_instance)
-    return split, TimingChoice(TimingSource.ROOFLINE)
+        return cluster.split, TimingChoice(TimingSource.AIC, AicEngine(profile.engine))
+    return cluster.split, TimingChoice(TimingSource.ROOFLINE)
 
 
 def _shape(cluster: Cluster) -> dict[str, Any]:
     """An instance's chip, GPUs, split and timing source, as the deployment file says them."""
-    split, choice = planned_timing(cluster.profile)
+    split, choice = planned_timing(cluster)
     timing = TimingSpec.of(choice).model_dump(mode="json")
     if choice.source is not TimingSource.AIC:
         del timing["engine"]  # aiconfigurator's engine: meaningless for another source
@@ -153,8 +150,7 @@ def write_deployment(
         "as planned\n# (serve.backends.emulated).\n"
     )
     if hardware.pd_decode is not None:
-        p_split, _ = planned_timing(hardware.pd.profile)
-        d_split, _ = planned_timing(hardware.pd_decode.profile)
+        p_split, d_split = hardware.pd.split, hardware.pd_decode.split
         header += (
             f"# PD-P instances x{hardware.pd.profile.gpus_per_instance} ({p_split.label()}) "
             f"and PD-D instances x{hardware.pd_decode.profile.gpus_per_instance} "
