@@ -11,11 +11,9 @@ Three parts, one run, all on aiconfigurator-core's data (`prfaas[aic]`, `make ai
    GPUs, ISL 8000 / OSL 512: prfaas's homogeneous-PD plan with the parallelism search under
    `--timing aic` and the TTFT objective (`planner.queueing`; a shape per PD role, and beside
    it one shared shape) against aiconfigurator's own disaggregated plan
-   (`aiconfigurator.cli.api.cli_default`, the upper
-   `aiconfigurator` package, which must be importable: it is not part of `prfaas[aic]`;
-   `pip install --target DIR --no-deps aiconfigurator==0.12.0 munch prettytable wcwidth
-   'plotext<6'` (plotext 6 crashes it) and put DIR on PYTHONPATH; without it the row's
-   `aiconfigurator` is an error line and only prfaas's side runs). Throughput per GPU of the
+   (`aiconfigurator.cli.api.cli_default`, its planner package `aiconfigurator`, which `make
+   aic` installs beside aiconfigurator-core; without it the row's `aiconfigurator` is an error
+   line and only prfaas's side runs). Throughput per GPU of the
    64 side by side, and the gap decomposed cell by cell (`aic_decompose`). Beside it prfaas
    under aiconfigurator's rules: the search with the engine's disaggregation rule
    (`planner.engine_rules`; the unconstrained plan is what the rule removed, if anything) and
