@@ -144,12 +144,13 @@ def up(
     --quiet), and the router's summary when it stops."""
     from prfaas.serve.launch.launcher import Launcher
     from prfaas.serve.launch.startup import wait_with_progress
+    from prfaas.serve.launch.stopping import stop_on_signals
     from prfaas.serve.launch.supervisor import EXIT_STOPPED, Supervisor
 
     # SIGTERM stops as Ctrl-C does at every stage: until the supervisor takes both signals
-    # over, both raise KeyboardInterrupt, which stops what was started (children, the link's
-    # namespaces); the supervisor then stops everything itself
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # over, both raise StopRequested (a KeyboardInterrupt), which stops what was started
+    # (children, the link's namespaces); the supervisor then stops everything itself
+    stop_on_signals()
     try:
         loaded = _overridden(load_deployment(deployment), host, port, model, backend)
         require_valid(loaded, Scope.ALL, secret_generated=True)

@@ -64,6 +64,7 @@ from prfaas.serve.config.deployment import (
 )
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.launch.ports import with_held_ports
+from prfaas.serve.launch.stopping import STOP_SIGNALS, raise_if_requested
 from prfaas.transfer import linkemu
 from prfaas.transfer.config import SECRET_ENV_VAR
 from prfaas.transfer.errors import LinkEmulationError
@@ -76,14 +77,11 @@ DELAY_LINE = "link-delay-line"
 log = logging.getLogger(__name__)
 
 
-_STOPPING = (signal.SIGINT, signal.SIGTERM)
-
-
 def die_with_parent() -> None:
     """Run in the child before exec: SIGTERM when the launcher goes away; the stop signals
     held around the fork (`_stop_signals_held`) unblocked again (a blocked mask survives
     exec)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -95,7 +93,7 @@ def _stop_signals_held() -> Iterator[None]:
     signal turned KeyboardInterrupt inside one is printed as "Exception ignored" and lost:
     `prfaas up` went on starting and serving (1 start in 3 here). Held, the signal is raised
     once the child is in `_children`, where the launcher stops what it started."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
@@ -196,6 +194,7 @@ class Launcher:
         self._env[ADMIN_TOKEN_ENV_VAR] = self.admin_token
         base = [sys.executable, "-m", "prfaas"]
         for spec in self.deployment.instances:
+            raise_if_requested()
             argv = [*base, "instance", str(self._file), "--name", spec.name]
             self._argv[spec.name] = argv
             self.respawn(spec.name)
@@ -244,6 +243,7 @@ class Launcher:
             timeout_s = self.start_timeout_s
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            raise_if_requested()
             for name, child in self._children.items():
                 if child.poll() is not None:
                     raise DeploymentError(f"{name} exited with code {child.returncode}")
@@ -329,7 +329,7 @@ def _signals_ignored() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOPPING}
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
     try:
         yield
     finally:

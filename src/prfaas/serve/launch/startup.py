@@ -18,6 +18,7 @@ import httpx
 
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.launch.launcher import Launcher
+from prfaas.serve.launch.stopping import raise_if_requested
 
 POLL_INTERVAL_S = 0.25
 
@@ -33,6 +34,7 @@ def wait_with_progress(
     print(f"prfaas: starting {len(waiting)} instances and the router", file=stream, flush=True)
     auth = launcher.instance_auth()  # the instances' control API takes signed calls only
     while waiting:
+        raise_if_requested()
         for name, child in launcher.children.items():
             if child.poll() is not None:
                 raise DeploymentError(f"{name} exited with code {child.returncode}")

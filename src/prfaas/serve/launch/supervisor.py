@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from prfaas.serve.config.deployment import SupervisorSpec
 from prfaas.serve.launch.launcher import Launcher
+from prfaas.serve.launch.stopping import STOP_SIGNALS
 
 EXIT_STOPPED = 0
 EXIT_GAVE_UP = 3
@@ -71,7 +72,7 @@ class Supervisor:
         def on_signal(signum: int, _: object) -> None:
             self._stopping = True
 
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
         try:
             budget = RestartBudget(self.launcher.deployment.supervisor)
             while not self._stopping:
