@@ -98,3 +98,8 @@ class FillableDisk(MemoryTierStorage):
         if self.full:
             raise OSError(errno.ENOSPC, "No space left on device")
         super().put(key, data)
+
+    def tear(self, key: UnitKey) -> None:
+        """Damage a unit already on the medium (a write torn by an earlier crash): it takes
+        no new space, so it happens on a full disk too."""
+        super().put(key, b"torn")

@@ -164,7 +164,7 @@ class TieredPoolMachine(RuleBasedStateMachine):
                 self.disk.delete(move.key)  # the reader deletes what it was loading
             self.cache.abandon(request.request_id, [m.key for m in allocation.pending_loads])
         else:
-            self.disk.put(keys[-1], b"torn")
+            self.disk.tear(keys[-1])
             with pytest.raises(CacheMisuseError, match="torn"):
                 self.cache.allocate(request, match)
         self.index.apply(self.cache.take_events())
