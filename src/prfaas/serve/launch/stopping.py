@@ -11,7 +11,7 @@ details make that stop reliable:
   even when a caller further up catches it; every lazy import that makes a dataclass or a
   namedtuple runs such code. `prfaas up` stopped everything, printed so, and then killed
   itself with SIGINT (exit -2, not 0) when the signal came during httpx's first import of
-  httpcore (1 stop in 5 on a loaded host). The flag is raised for the exact type only.
+  httpcore (about 1 stop in 10 on a loaded host). The flag is raised for the exact type only.
 - The stop is recorded. An exception raised where Python can only print it (a `__del__`, a
   weakref callback) is lost; the start-up loops call `raise_if_requested` so a lost stop
   still stops.
