@@ -23,10 +23,8 @@ from prfaas.serve.backends.emulated import instance_profile
 from prfaas.serve.config.deployment import load_deployment
 from prfaas.serve.launch.launcher import Launcher
 from prfaas.specs import aic
+from shared_specs import H100_NVL, needs_aic
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed (make test installs it)"
-)
 SCENARIO = {
     "name": "gb200-prfaas-h100-nvl-pd",
     "model": "qwen3-235b",
@@ -38,21 +36,7 @@ SCENARIO = {
         "input": {"lognormal": {"mu": 9.0, "sigma": 1.0, "min_tokens": 128, "max_tokens": "32K"}},
         "output": {"fixed_tokens": 512},
     },
-    "chips": {
-        "h100-nvl": {
-            "display_name": "NVIDIA H100 NVL",
-            "dense_bf16_tflops": 835.5,
-            "hbm_gb": 94,
-            "hbm_tb_per_s": 3.9,
-            "relative_price": 1.9,
-            "attention_efficiency": 0.65,
-            "prefill_mfu": 0.187,
-            "prefill_overhead_s": 0.386,
-            "decode_mbu": 0.6,
-            "decode_overhead_s": 0.005,
-            "aic_system": "h100_sxm",
-        }
-    },
+    "chips": {"h100-nvl": H100_NVL},
 }
 
 

@@ -12,19 +12,8 @@ from prfaas.deploy.pod_scripts import DEPLOYMENT_FILE, write_pod_scripts
 from prfaas.deploy.render import render, write
 from prfaas.serve.config.deployment import load_deployment
 from prfaas.specs.files import ChipFile
+from shared_specs import H100_NVL
 
-H100_NVL = {
-    "display_name": "NVIDIA H100 NVL",
-    "dense_bf16_tflops": 835.5,
-    "hbm_gb": 94.0,
-    "hbm_tb_per_s": 3.9,
-    "relative_price": 1.9,
-    "attention_efficiency": 0.65,
-    "prefill_mfu": 0.187,
-    "prefill_overhead_s": 0.386,
-    "decode_mbu": 0.6,
-    "decode_overhead_s": 0.005,
-}
 DEPLOYMENT = {
     "model": "llama-3.1-70b",
     "chips": {"h100-nvl": H100_NVL},

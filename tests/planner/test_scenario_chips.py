@@ -11,27 +11,10 @@ import pytest
 import yaml
 
 from prfaas.planner import load_scenario
-from prfaas.specs import aic
 from prfaas.specs.errors import SpecFileError
+from shared_specs import H100_NVL, needs_aic
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed (make test installs it)"
-)
 DENSE_70B = Path(__file__).parents[1] / "sim" / "data" / "dense-70b.yaml"
-#: An H100 NVL as a user would describe it: not in the catalog, timed by H100 SXM's data.
-H100_NVL: dict[str, Any] = {
-    "display_name": "NVIDIA H100 NVL",
-    "dense_bf16_tflops": 835.5,
-    "hbm_gb": 94,
-    "hbm_tb_per_s": 3.9,
-    "relative_price": 1.9,
-    "attention_efficiency": 0.65,
-    "prefill_mfu": 0.187,
-    "prefill_overhead_s": 0.386,
-    "decode_mbu": 0.6,
-    "decode_overhead_s": 0.005,
-    "aic_system": "h100_sxm",
-}
 
 
 def _scenario(tmp_path: Path, chips: dict[str, Any], **extra: Any) -> str:

@@ -16,28 +16,10 @@ from prfaas.serve.backends.emulated import instance_profile
 from prfaas.serve.config.deployment import Deployment, load_deployment
 from prfaas.serve.errors import DeploymentError
 from prfaas.serve.router.rebalance import instance_shape
-from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model
 from prfaas.specs.files import ChipFile
 from prfaas.specs.timing import TimingChoice, time_instance
-
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed (make test installs it)"
-)
-#: An H100 NVL as a user would describe it (as tests/planner/test_scenario_chips.py does).
-H100_NVL: dict[str, Any] = {
-    "display_name": "NVIDIA H100 NVL",
-    "dense_bf16_tflops": 835.5,
-    "hbm_gb": 94,
-    "hbm_tb_per_s": 3.9,
-    "relative_price": 1.9,
-    "attention_efficiency": 0.65,
-    "prefill_mfu": 0.187,
-    "prefill_overhead_s": 0.386,
-    "decode_mbu": 0.6,
-    "decode_overhead_s": 0.005,
-    "aic_system": "h100_sxm",
-}
+from shared_specs import H100_NVL, needs_aic
 
 
 def _instance(name: str, role: str, chip: str) -> dict[str, Any]:

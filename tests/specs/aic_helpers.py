@@ -1,13 +1,10 @@
-"""What the aiconfigurator tests share: the skip without the extra, a config.json of a model
-outside our catalog, and an instance of 8 GPUs at its default split."""
+"""What the aiconfigurator tests share: a config.json of a model outside our catalog, and an
+instance of 8 GPUs at its default split (the skip without the extra: `shared_specs`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.timing import (
@@ -18,9 +15,6 @@ from prfaas.specs.timing import (
     time_instance,
 )
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed (make test installs it)"
-)
 DEEPSEEK_V3 = Path(__file__).parents[1] / "fixtures" / "hf_configs" / "deepseek-v3.json"
 AIC = TimingChoice(TimingSource.AIC)
 

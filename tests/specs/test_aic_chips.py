@@ -4,10 +4,11 @@ are timed by their system's data, and one whose system has no data falls back wi
 from __future__ import annotations
 
 import pytest
-from aic_helpers import needs_aic, timed_at_8
+from aic_helpers import timed_at_8
 
 from prfaas.specs import aic
 from prfaas.specs.catalog import chip_names, get_chip, get_model
+from shared_specs import needs_aic
 
 
 @needs_aic

@@ -4,7 +4,7 @@ with the one line."""
 
 from __future__ import annotations
 
-from aic_helpers import DEEPSEEK_V3, needs_aic, timed_at_8
+from aic_helpers import DEEPSEEK_V3, timed_at_8
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +12,7 @@ from prfaas.specs import aic
 from prfaas.specs.catalog import chip_names, get_chip, get_model, model_names, resolve_model
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.timing import AicEngine, TimingChoice, TimingSource
+from shared_specs import needs_aic
 
 
 def _chips_with_data() -> list[str]:

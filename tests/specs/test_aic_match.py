@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from aic_helpers import DEEPSEEK_V3, needs_aic, timed_at_8
+from aic_helpers import DEEPSEEK_V3, timed_at_8
 
 from prfaas.specs import aic
 from prfaas.specs.catalog import resolve_model
 from prfaas.specs.model import ModelSpec
 from prfaas.specs.timing import AicEngine, TimingChoice, TimingSource
+from shared_specs import needs_aic
 
 
 def _edited_config(tmp_path: Path, name: str, **changes: object) -> ModelSpec:

@@ -22,10 +22,8 @@ from prfaas.specs.timing import (
     parallelism_choices,
     time_instance,
 )
+from shared_specs import needs_aic
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed (make test installs it)"
-)
 DENSE_70B = Path(__file__).parents[1] / "sim" / "data" / "dense-70b.yaml"
 
 
