@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prfaas.specs import aic
+from shared_specs import needs_aic
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed"
-)
 SCENARIO = """\
 name: llama-h200-aic
 model: llama-3.1-70b

@@ -12,7 +12,6 @@ from prfaas.planner.engine_rules import pair_refusal, plan_refusal
 from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.parallel import search_parallelism
-from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 from prfaas.specs.memory import instance_memory
 from prfaas.specs.timing import (
@@ -25,10 +24,8 @@ from prfaas.specs.timing import (
 )
 from prfaas.workload.lengths import FixedLength, TruncatedLognormal
 from prfaas.workload.workload import Workload
+from shared_specs import needs_aic
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed"
-)
 ISL_8K = Workload.synthetic(FixedLength(8000), FixedLength(512), "ISL 8000 / OSL 512")
 SGLANG = TimingChoice(TimingSource.AIC, AicEngine.SGLANG)
 

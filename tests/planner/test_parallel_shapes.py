@@ -14,7 +14,6 @@ from prfaas.planner.errors import InfeasiblePlanError
 from prfaas.planner.model import Cluster, Hardware
 from prfaas.planner.parallel import cluster_shapes, search_parallelism
 from prfaas.planner.plan import plan
-from prfaas.specs import aic
 from prfaas.specs.catalog import get_chip, get_model, profile_for
 from prfaas.specs.memory import expert_weight_bytes, instance_memory, startup_rule
 from prfaas.specs.timing import (
@@ -26,10 +25,8 @@ from prfaas.specs.timing import (
 )
 from prfaas.workload.lengths import FixedLength
 from prfaas.workload.workload import Workload
+from shared_specs import needs_aic
 
-needs_aic = pytest.mark.skipif(
-    aic.aic_version() is None, reason="aiconfigurator-core not installed"
-)
 AIC = TimingChoice(TimingSource.AIC)
 ISL_8K = Workload.synthetic(FixedLength(8000), FixedLength(512), "ISL 8000 / OSL 512")
 
